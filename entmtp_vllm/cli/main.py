@@ -1,0 +1,54 @@
+"""The `entmtp` command: parse, validate, delegate.
+
+Each subcommand lives in its own module under `entmtp_vllm.cli` and exposes
+`register(subparsers)`, which adds its parser and sets `func` to a function
+`run(args) -> int | None`. User errors (`EntMTPError`) become one line on stderr
+and exit status 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from entmtp_vllm.errors import EntMTPError
+
+# Subcommand modules, in the order `entmtp --help` lists them.
+COMMAND_MODULES = (
+    "entmtp_vllm.cli.model_cmd",
+    "entmtp_vllm.cli.data_cmd",
+    "entmtp_vllm.cli.tree_cmd",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="entmtp",
+        description="EntMTP: tree speculative decoding with Hydra heads and a per-step "
+        "tree scheduler, for vLLM and a reference transformers engine.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except EntMTPError as exc:
+        print(f"entmtp: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("entmtp: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Self-distillation data: the base model's own greedy answers to training prompts.
+
+Medusa and Hydra recommend training heads on the model's own outputs for chat
+models. Answers are generated with vLLM (on CPU: far faster than transformers)
+in chunks and appended to a JSONL file, one record per prompt:
+`{"id", "prompt_ids", "answer_ids"}`. A restarted run skips the ids already in
+the file, so an interrupted job loses at most one chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from entmtp_vllm.prompts import Prompt, chat_text
+
+
+def done_ids(out_file: Path) -> set[str]:
+    """Ids already answered in `out_file` (a truncated last line is ignored)."""
+    ids: set[str] = set()
+    if out_file.exists():
+        for line in out_file.read_text().splitlines():
+            try:
+                ids.add(json.loads(line)["id"])
+            except (ValueError, KeyError):
+                continue
+    return ids
+
+
+def generate_answers(
+    model: str,
+    prompts: list[Prompt],
+    out_file: Path,
+    max_prompt_tokens: int = 256,
+    max_answer_tokens: int = 256,
+    chunk: int = 128,
+    dtype: str = "bfloat16",
+    log=print,
+) -> int:
+    """Answer every prompt not yet in `out_file`; return the number of answer tokens written."""
+    from transformers import AutoTokenizer
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    todo = [p for p in prompts if p.id not in done_ids(out_file)]
+    log(f"{len(prompts) - len(todo)} prompts already answered, {len(todo)} to go")
+    if not todo:
+        return 0
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    llm = LLM(model=model, dtype=dtype, enforce_eager=True, max_model_len=max_prompt_tokens + max_answer_tokens + 8)
+    params = SamplingParams(temperature=0.0, max_tokens=max_answer_tokens)
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    written = 0
+    started = time.perf_counter()
+    for start in range(0, len(todo), chunk):
+        batch = todo[start : start + chunk]
+        # Truncate the user message (not the template) so every prompt keeps its chat frame.
+        encoded = []
+        for prompt in batch:
+            user_ids = tokenizer(prompt.text, add_special_tokens=False)["input_ids"][:max_prompt_tokens]
+            text = chat_text(tokenizer, tokenizer.decode(user_ids))
+            encoded.append(tokenizer(text, add_special_tokens=False)["input_ids"])
+        outputs = llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in encoded], params, use_tqdm=False)
+        with out_file.open("a") as handle:
+            for prompt, ids, output in zip(batch, encoded, outputs):
+                answer = list(output.outputs[0].token_ids)
+                handle.write(json.dumps({"id": prompt.id, "prompt_ids": ids, "answer_ids": answer}) + "\n")
+                written += len(answer)
+        elapsed = time.perf_counter() - started
+        log(f"{start + len(batch)}/{len(todo)} prompts, {written} answer tokens, {written / elapsed:.0f} tok/s")
+    return written
