@@ -48,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("entmtp: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # Output piped into `head` and closed early: not an error for a CLI.
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

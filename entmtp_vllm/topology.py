@@ -1,0 +1,172 @@
+"""Tensors that describe a tree, and a bank of trees to switch between.
+
+`build_tree_buffers` is the only place where a tree's index tensors are
+computed; every engine reads a `TreeBuffers` and never recomputes them. Node
+order is the tree's (depth, path) order with the root `()` at index 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.tree import Tree, TreePath
+
+
+@dataclass(frozen=True, eq=False)
+class TreeBuffers:
+    """Index tensors of one tree on one device (N nodes incl. the root, depth D, L leaves)."""
+
+    nodes: tuple[TreePath, ...]
+    """Paths of the nodes: the root `()` first, then (depth, path) order."""
+
+    parents: torch.Tensor
+    """long[N]: index of each node's parent; -1 for the root."""
+
+    depths: torch.Tensor
+    """long[N]: depth of each node (its position offset); 0 for the root."""
+
+    ranks: torch.Tensor
+    """long[N]: last rank of each node's path (which top-k candidate it is); 0 for the root."""
+
+    attention_mask: torch.Tensor
+    """bool[N, N]: `mask[i, j]` is True when j is i or an ancestor of i (the root included)."""
+
+    retrieve_indices: torch.Tensor
+    """long[L, D+1]: one row per leaf, its root-to-leaf node indices (root first), padded
+    with -1; rows in the node order of their leaf."""
+
+    level_starts: tuple[int, ...]
+    """D+2 ints: the nodes of depth d are `[level_starts[d], level_starts[d+1])`."""
+
+    children: tuple[tuple[int, ...], ...]
+    """Child node indices of each node, in rank order."""
+
+    medusa_gather: torch.Tensor
+    """long[N]: index into `[root_token, head1 top-k, head2 top-k, ...]`; 0 for the root,
+    `1 + (d-1)*topk + r` for the node at depth d with rank r."""
+
+    topk: int
+    """Candidates taken from each head: the largest rank plus one."""
+
+    num_nodes: int
+    """N, the root included."""
+
+    depth: int
+    """D, the depth of the deepest node."""
+
+
+def build_tree_buffers(tree: Tree, device: str | torch.device = "cpu") -> TreeBuffers:
+    """Compute every index tensor of `tree` on `device`."""
+    nodes: tuple[TreePath, ...] = ((),) + tree.paths
+    index = {path: i for i, path in enumerate(nodes)}
+    num_nodes, depth = len(nodes), tree.depth
+
+    parents = [-1] + [index[path[:-1]] for path in nodes[1:]]
+    depths = [len(path) for path in nodes]
+    ranks = [0] + [path[-1] for path in nodes[1:]]
+    topk = max(ranks) + 1
+
+    # Ancestry chains, root first: a node's chain is its parent's plus itself.
+    chains: list[list[int]] = [[0]]
+    children: list[list[int]] = [[] for _ in nodes]
+    for i in range(1, num_nodes):
+        chains.append(chains[parents[i]] + [i])
+        children[parents[i]].append(i)
+
+    mask = torch.zeros(num_nodes, num_nodes, dtype=torch.bool)
+    rows = [i for i, chain in enumerate(chains) for _ in chain]
+    cols = [j for chain in chains for j in chain]
+    mask[rows, cols] = True
+
+    leaves = [i for i in range(num_nodes) if not children[i]]
+    retrieve = [chains[i] + [-1] * (depth + 1 - len(chains[i])) for i in leaves]
+
+    level_starts = [0] * (depth + 2)
+    for d in depths:
+        level_starts[d + 1] += 1
+    for d in range(depth + 1):
+        level_starts[d + 1] += level_starts[d]
+
+    gather = [0] + [1 + (len(path) - 1) * topk + path[-1] for path in nodes[1:]]
+
+    def long(values: list[int] | list[list[int]]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.long, device=device)
+
+    return TreeBuffers(
+        nodes=nodes,
+        parents=long(parents),
+        depths=long(depths),
+        ranks=long(ranks),
+        attention_mask=mask.to(device),
+        retrieve_indices=long(retrieve),
+        level_starts=tuple(level_starts),
+        children=tuple(tuple(c) for c in children),
+        medusa_gather=long(gather),
+        topk=topk,
+        num_nodes=num_nodes,
+        depth=depth,
+    )
+
+
+class TopologyBank:
+    """Named trees, switched by index; their buffers are built once per (tree, device)."""
+
+    def __init__(self, trees: Sequence[Tree], names: Sequence[str]) -> None:
+        if len(trees) != len(names):
+            raise EntMTPError(f"tree bank: {len(trees)} trees but {len(names)} names; give one name per tree")
+        if not trees:
+            raise EntMTPError("tree bank: no trees; a bank needs at least one tree")
+        seen: set[str] = set()
+        for name in names:
+            if name in seen:
+                raise EntMTPError(f"tree bank: tree name {name!r} is used twice; names must be unique")
+            seen.add(name)
+        self._trees = tuple(trees)
+        self._names = tuple(names)
+        self._positions = {name: i for i, name in enumerate(self._names)}
+        self._cache: dict[tuple[int, torch.device], TreeBuffers] = {}
+
+    def __len__(self) -> int:
+        return len(self._trees)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Tree names, in bank order."""
+        return self._names
+
+    def index(self, name: str) -> int:
+        """Bank index of the tree called `name`."""
+        try:
+            return self._positions[name]
+        except KeyError:
+            known = ", ".join(self._names)
+            raise EntMTPError(f"tree bank: no tree named {name!r}; known trees: {known}") from None
+
+    def tree(self, i: int) -> Tree:
+        """The tree at bank index `i`."""
+        return self._trees[i]
+
+    def buffers(self, i: int, device: str | torch.device = "cpu") -> TreeBuffers:
+        """Buffers of tree `i` on `device`: built on first use, a dict lookup afterwards."""
+        key = (range(len(self._trees))[i], torch.device(device))
+        found = self._cache.get(key)
+        if found is None:
+            found = self._cache[key] = build_tree_buffers(self._trees[key[0]], key[1])
+        return found
+
+    @property
+    def max_depth(self) -> int:
+        """Depth of the deepest tree (the number of heads the bank needs)."""
+        return max(tree.depth for tree in self._trees)
+
+    @property
+    def max_nodes(self) -> int:
+        """Node count (root included) of the largest tree."""
+        return max(tree.num_nodes for tree in self._trees)
+
+    def __repr__(self) -> str:
+        return f"TopologyBank({list(self._names)})"
