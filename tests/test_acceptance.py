@@ -1,0 +1,473 @@
+"""Tests for entmtp_vllm/acceptance.py: greedy, typical and lossless acceptance."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from entmtp_vllm import acceptance
+from entmtp_vllm.acceptance import (
+    ACCEPT_MODES,
+    AcceptResult,
+    _residual,
+    accept,
+    accept_greedy,
+    accept_lossless,
+    accept_typical,
+)
+from entmtp_vllm.config import SamplingParams, TypicalConfig
+from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.sampling import processed_probs
+from entmtp_vllm.topology import TreeBuffers, build_tree_buffers
+from entmtp_vllm.tree import Tree
+
+# ---------------------------------------------------------------------------
+# Hand-built cases
+# ---------------------------------------------------------------------------
+
+# Nodes: 0 root; 1 (0,), 2 (1,); 3 (0,0), 4 (1,0); 5 (1,0,0).
+# Retrieve rows: [0, 1, 3, -1] and [0, 2, 4, 5].
+UNEVEN = build_tree_buffers(Tree.from_choices([[0], [1], [0, 0], [1, 0], [1, 0, 0]]))
+
+
+def peaked_logits(argmaxes: list[int], vocab: int = 8) -> torch.Tensor:
+    """One row per node whose argmax is the given token (other tokens get smaller, distinct logits)."""
+    logits = -torch.arange(vocab, dtype=torch.float32).repeat(len(argmaxes), 1) * 0.1
+    for row, token in enumerate(argmaxes):
+        logits[row, token] = 5.0
+    return logits
+
+
+def test_uneven_tree_layout() -> None:
+    assert UNEVEN.retrieve_indices.tolist() == [[0, 1, 3, -1], [0, 2, 4, 5]]
+
+
+def test_greedy_prefers_the_deeper_match_among_duplicated_siblings() -> None:
+    # Both depth-1 drafts are token 2 (= root argmax); the first branch matches 2 drafts,
+    # the second (same first token) matches 3: the longest wins.
+    tokens = torch.tensor([7, 2, 2, 3, 3, 4])
+    logits = peaked_logits([2, 3, 3, 0, 4, 6])
+    result = accept_greedy(UNEVEN, tokens, logits)
+    assert result.accepted == [0, 2, 4, 5]
+    assert result.bonus_token == 6
+    assert result.accept_length == 4
+    assert result.emitted(tokens) == [2, 3, 4, 6]
+
+
+def test_greedy_ties_go_to_the_first_row() -> None:
+    # Both branches match exactly two drafts: the first retrieve row wins.
+    tokens = torch.tensor([7, 2, 2, 3, 3, 5])
+    logits = peaked_logits([2, 3, 3, 1, 1, 0])
+    result = accept_greedy(UNEVEN, tokens, logits)
+    assert result.accepted == [0, 1, 3]
+    assert result.bonus_token == 1
+
+
+def test_greedy_shallow_match_beats_deeper_mismatch() -> None:
+    # The second branch is deeper but fails at depth 2; the first matches 2 drafts.
+    tokens = torch.tensor([7, 2, 1, 3, 3, 4])
+    logits = peaked_logits([2, 3, 3, 0, 4, 6])
+    assert accept_greedy(UNEVEN, tokens, logits).accepted == [0, 1, 3]
+
+
+def test_greedy_padding_never_counts_as_accepted() -> None:
+    # The root's own token equals the root argmax, so a -1 pad read as node 0 would "match".
+    tokens = torch.tensor([2, 2, 5, 3, 0, 0])
+    logits = peaked_logits([2, 3, 1, 1, 1, 1])
+    result = accept_greedy(UNEVEN, tokens, logits)
+    assert result.accepted == [0, 1, 3]
+    assert result.bonus_token == 1
+
+
+def test_greedy_rejects_everything() -> None:
+    tokens = torch.tensor([7, 0, 1, 2, 3, 4])
+    logits = peaked_logits([5, 3, 3, 0, 4, 6])
+    result = accept_greedy(UNEVEN, tokens, logits)
+    assert result.accepted == [0]
+    assert result.emitted(tokens) == [5]
+
+
+def test_emitted_reads_tensors_and_lists() -> None:
+    result = AcceptResult(accepted=[0, 2], bonus_token=9)
+    assert result.emitted([4, 5, 6]) == [6, 9]
+    assert result.emitted(torch.tensor([4, 5, 6])) == [6, 9]
+
+
+def test_shape_checks() -> None:
+    with pytest.raises(ValueError, match="draft_tokens"):
+        accept_greedy(UNEVEN, torch.zeros(5, dtype=torch.long), torch.zeros(6, 8))
+    with pytest.raises(ValueError, match="logits"):
+        accept_greedy(UNEVEN, torch.zeros(6, dtype=torch.long), torch.zeros(5, 8))
+
+
+# ---------------------------------------------------------------------------
+# Typical acceptance
+# ---------------------------------------------------------------------------
+
+# Nodes: 0 root; 1 (0,), 2 (1,); 3 (0,0), 4 (1,0). Rows [0, 1, 3] and [0, 2, 4].
+FORK = build_tree_buffers(Tree.from_spec("full:2,1"))
+
+# Root row: flat enough that alpha * exp(-H) (about 0.046) is below epsilon = 0.09.
+FLAT = [0.3, 0.2, 0.15, 0.1, 0.1, 0.05, 0.05, 0.05]
+# Node 1's row: peaked enough that epsilon = 0.09 is the threshold.
+PEAKED = [0.8, 0.1, 0.04, 0.02, 0.01, 0.01, 0.01, 0.01]
+# Node 2's row: every draft of node 4 below is rejected (token 7 has 0.01).
+OTHER = [0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 0.93]
+
+
+def medusa_threshold(probs: list[float], epsilon: float = 0.09, alpha: float = 0.3) -> float:
+    """min(epsilon, alpha * exp(-H)), H = -sum p log(p + 1e-5), by hand."""
+    h = -sum(p * math.log(p + 1e-5) for p in probs)
+    return min(epsilon, alpha * math.exp(-h))
+
+
+def fork_logits() -> torch.Tensor:
+    rows = [FLAT, PEAKED, OTHER, PEAKED, PEAKED]
+    return torch.tensor(rows, dtype=torch.float64).log().float()
+
+
+def test_hand_worked_thresholds() -> None:
+    assert medusa_threshold(FLAT) == pytest.approx(0.0459, abs=5e-4)
+    assert medusa_threshold(PEAKED) == 0.09
+    # Token 5 of FLAT (0.05) passes only thanks to the entropy term; token 2 of PEAKED
+    # (0.04) fails and token 1 (0.1) passes against epsilon.
+    assert FLAT[5] > medusa_threshold(FLAT) and FLAT[5] < 0.09
+    assert PEAKED[2] < medusa_threshold(PEAKED) < PEAKED[1]
+
+
+TOP1 = SamplingParams(temperature=1.0, top_k=1)  # bonus = argmax, so results are deterministic
+
+
+def test_typical_accepts_by_entropy_scaled_threshold() -> None:
+    # Node 1 = token 5 (0.05 under FLAT: accepted), node 3 = token 1 (0.1 under PEAKED: accepted),
+    # node 2 = token 0 (0.3: accepted), node 4 = token 0 (0.01 under OTHER: rejected).
+    tokens = torch.tensor([7, 5, 0, 1, 0])
+    result = accept_typical(FORK, tokens, fork_logits(), TOP1, TypicalConfig())
+    assert result.accepted == [0, 1, 3]
+    assert result.bonus_token == 0  # argmax of PEAKED
+
+
+def test_typical_rejects_below_epsilon() -> None:
+    # Node 1 = token 6 (0.05 under FLAT): accepted; node 3 = token 2 (0.04 under PEAKED): rejected;
+    # node 2 = token 1 (0.2): accepted; node 4 = token 0 (0.01 under OTHER): rejected.
+    tokens = torch.tensor([7, 6, 1, 2, 0])
+    result = accept_typical(FORK, tokens, fork_logits(), TOP1, TypicalConfig())
+    # Both rows accept one draft; Medusa keeps the more likely one: node 2 (0.2) over node 1 (0.05).
+    assert result.accepted == [0, 2]
+    assert result.bonus_token == 7  # argmax of OTHER
+
+
+def test_typical_exact_likelihood_tie_goes_to_the_first_row() -> None:
+    tokens = torch.tensor([7, 3, 4, 2, 0])  # 0.1 and 0.1 under FLAT, both children rejected
+    result = accept_typical(FORK, tokens, fork_logits(), TOP1, TypicalConfig())
+    assert result.accepted == [0, 1]
+
+
+def test_typical_nothing_accepted() -> None:
+    tokens = torch.tensor([7, 5, 6, 1, 0])
+    strict = TypicalConfig(epsilon=0.5, alpha=10.0)  # threshold 0.5 everywhere
+    result = accept_typical(FORK, tokens, fork_logits(), TOP1, strict)
+    assert result.accepted == [0]
+    assert result.bonus_token == 0  # argmax of FLAT
+
+
+def test_typical_ignores_top_k_in_the_criterion() -> None:
+    # top_k=1 would zero token 5 of FLAT, but the criterion uses softmax(logits / T) only.
+    tokens = torch.tensor([7, 5, 0, 1, 0])
+    assert accept_typical(FORK, tokens, fork_logits(), TOP1).accepted == [0, 1, 3]
+
+
+def test_typical_temperature_enters_the_criterion() -> None:
+    # At T = 0.25 FLAT sharpens: token 5 falls far below any threshold.
+    tokens = torch.tensor([7, 5, 0, 1, 0])
+    cold = SamplingParams(temperature=0.25, top_k=1)
+    assert accept_typical(FORK, tokens, fork_logits(), cold).accepted == [0, 2]
+
+
+def random_case(seed: int, buffers: TreeBuffers, vocab: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random drafts and logits, with drafts often equal to their parent's argmax."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(buffers.num_nodes, vocab, generator=g) * 2
+    tokens = torch.randint(0, vocab, (buffers.num_nodes,), generator=g)
+    argmax = logits.argmax(dim=-1)[buffers.parents.clamp(min=0)]
+    follow = torch.rand(buffers.num_nodes, generator=g) < 0.7
+    return torch.where(follow, argmax, tokens), logits
+
+
+@pytest.mark.parametrize("spec", ["full:3,2", "full:2^3"])
+def test_typical_and_lossless_equal_greedy_at_temperature_zero(spec: str) -> None:
+    buffers = build_tree_buffers(Tree.from_spec(spec))
+    greedy = SamplingParams()
+    for seed in range(50):
+        tokens, logits = random_case(seed, buffers)
+        expected = accept_greedy(buffers, tokens, logits)
+        assert accept_typical(buffers, tokens, logits, greedy) == expected
+        assert accept_lossless(buffers, tokens, logits, greedy) == expected
+
+
+def test_lossless_equals_greedy_at_temperature_zero_with_duplicated_siblings() -> None:
+    tokens = torch.tensor([7, 2, 2, 3, 3, 4])
+    logits = peaked_logits([2, 3, 3, 0, 4, 6])
+    assert accept_lossless(UNEVEN, tokens, logits, SamplingParams()).accepted == [0, 2, 4, 5]
+
+
+def distinct_case(seed: int, buffers: TreeBuffers, vocab: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random logits; the child of rank r drafts the r-th token of its parent's noisy ranking,
+    so siblings are distinct and rank 0 is often the argmax."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(buffers.num_nodes, vocab, generator=g) * 2
+    noisy = logits + torch.randn(buffers.num_nodes, vocab, generator=g)
+    order = noisy.argsort(dim=-1, descending=True)
+    tokens = order[buffers.parents.clamp(min=0), buffers.ranks]
+    return tokens, logits
+
+
+def test_lossless_with_top_k_one_walks_the_argmax_chain() -> None:
+    # top_k = 1 makes every processed row one-hot: the draws are deterministic and, with
+    # distinct siblings, the walk is the greedy path.
+    buffers = build_tree_buffers(Tree.from_spec("full:3,2"))
+    g = torch.Generator().manual_seed(0)
+    lengths = set()
+    for seed in range(30):
+        tokens, logits = distinct_case(seed, buffers)
+        result = accept_lossless(buffers, tokens, logits, TOP1, g)
+        assert result == accept_greedy(buffers, tokens, logits)
+        lengths.add(result.accept_length)
+    assert lengths == {1, 2, 3}
+
+
+def test_lossless_is_reproducible_with_a_seeded_generator() -> None:
+    buffers = build_tree_buffers(Tree.from_spec("full:3,2"))
+    tokens, logits = random_case(1, buffers)
+    params = SamplingParams(temperature=1.0)
+    runs = [
+        [accept_lossless(buffers, tokens, logits, params, gen) for _ in range(20)]
+        for gen in (torch.Generator().manual_seed(5), torch.Generator().manual_seed(5))
+    ]
+    assert runs[0] == runs[1]
+
+
+def test_residual_zeroes_the_rejected_token_and_renormalises() -> None:
+    p = torch.tensor([0.5, 0.3, 0.2])
+    assert torch.allclose(_residual(p, 0, None), torch.tensor([0.0, 0.6, 0.4]))
+    q = torch.tensor([0.2, 0.6, 0.2])
+    assert torch.allclose(_residual(p, 1, q), torch.tensor([1.0, 0.0, 0.0]))
+
+
+def test_residual_falls_back_to_p_when_nothing_is_left() -> None:
+    p = torch.tensor([0.0, 1.0, 0.0])
+    assert torch.equal(_residual(p, 1, None), p)
+    q = torch.tensor([0.25, 0.5, 0.25])
+    assert torch.equal(_residual(q, 0, q.clone()), q)
+
+
+def test_lossless_rejects_a_draft_outside_the_target_support_and_its_duplicate() -> None:
+    # top_k = 2 at the root keeps tokens 0 and 1; both depth-1 drafts are token 4 (p = 0),
+    # so the bonus is always drawn from the root's processed distribution.
+    tree = build_tree_buffers(Tree.from_spec("full:2"))
+    tokens = torch.tensor([0, 4, 4])
+    logits = torch.tensor([[2.0, 1.0, 0.0, 0.0, 0.0]] * 3)
+    params = SamplingParams(temperature=1.0, top_k=2)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        result = accept_lossless(tree, tokens, logits, params, g)
+        assert result.accepted == [0]
+        assert result.bonus_token in (0, 1)
+
+
+def test_lossless_refuses_a_token_its_draft_could_not_have_drawn() -> None:
+    tree = build_tree_buffers(Tree.from_spec("full:1"))
+    q = torch.tensor([[0.5, 0.5, 0.0]] * 2)
+    with pytest.raises(ValueError, match="probability 0"):
+        accept_lossless(tree, torch.tensor([0, 2]), torch.zeros(2, 3), SamplingParams(temperature=1.0), None, q)
+
+
+# ---------------------------------------------------------------------------
+# Dispatcher
+# ---------------------------------------------------------------------------
+
+
+def test_dispatcher_routes_every_mode() -> None:
+    tokens = torch.tensor([7, 2, 2, 3, 3, 4])
+    logits = peaked_logits([2, 3, 3, 0, 4, 6])
+    for mode in ACCEPT_MODES:
+        assert accept(mode, UNEVEN, tokens, logits).accepted == [0, 2, 4, 5]
+    hot = SamplingParams(temperature=1.0, top_k=1)
+    g = torch.Generator().manual_seed(0)
+    assert accept("lossless", UNEVEN, tokens, logits, hot, generator=g).accepted == [0, 1, 3]
+
+
+def test_dispatcher_rejects_unknown_modes() -> None:
+    with pytest.raises(EntMTPError, match="greedy, typical, lossless"):
+        accept("speculative", UNEVEN, torch.zeros(6, dtype=torch.long), torch.zeros(6, 8))  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------
+# Lossless: statistical tests
+# ---------------------------------------------------------------------------
+
+VOCAB = 6
+DRAWS = 10_000
+P_VALUE = 1e-3
+STAT_TREE = build_tree_buffers(Tree.from_spec("full:3,2"))
+
+
+class ToyModels:
+    """A toy target and draft: random logits for every prefix of up to 3 tokens.
+
+    A prefix is the tokens emitted after a fixed context; it is stored at row
+    `offsets[len] + (its tokens read as a base-V number)`. The draft's logits are the
+    target's plus noise, so drafts are often, not always, accepted.
+    """
+
+    def __init__(self, seed: int, max_len: int = 3) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.offsets = [sum(VOCAB**k for k in range(length)) for length in range(max_len + 2)]
+        rows = self.offsets[-1]
+        self.target = torch.randn(rows, VOCAB, generator=g) * 1.5
+        self.draft_probs = (self.target + torch.randn(rows, VOCAB, generator=g)).softmax(dim=-1)
+
+    def target_probs(self, prefix: tuple[int, ...], params: SamplingParams) -> torch.Tensor:
+        value = 0
+        for token in prefix:
+            value = value * VOCAB + token
+        return processed_probs(self.target[self.offsets[len(prefix)] + value].double(), params)
+
+
+def draft_step(
+    models: ToyModels, prefix: tuple[int, ...], drafting: str, draws: int, g: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Draft `draws` independent trees after `prefix` (its last token is the root).
+
+    drafting: "topk" (node of rank r = r-th most likely draft token, q one-hot),
+    "iid" (siblings drawn independently from q, SpecInfer), or "unique" (siblings drawn
+    without replacement: each from q with earlier siblings removed, renormalised).
+    Returns draft tokens [draws, N], target logits [draws, N, V], draft_probs or None.
+    """
+    n = STAT_TREE.num_nodes
+    parents, depths, ranks = STAT_TREE.parents.tolist(), STAT_TREE.depths.tolist(), STAT_TREE.ranks.tolist()
+    tokens = torch.zeros(draws, n, dtype=torch.long)
+    tokens[:, 0] = prefix[-1] if prefix else 0
+    value = torch.zeros(draws, n, dtype=torch.long)  # base-V value of each node's full prefix
+    for token in prefix:
+        value[:, 0] = value[:, 0] * VOCAB + token
+    probs = torch.zeros(draws, n, VOCAB)
+    for i in range(1, n):
+        parent = parents[i]
+        q = models.draft_probs[models.offsets[len(prefix) + depths[parent]] + value[:, parent]]
+        if drafting == "topk":
+            token = q.argsort(dim=-1, descending=True, stable=True)[:, ranks[i]]
+        else:
+            if drafting == "unique":
+                for sibling in STAT_TREE.children[parent][: ranks[i]]:
+                    q = q.scatter(1, tokens[:, sibling : sibling + 1], 0.0)
+                q = q / q.sum(dim=-1, keepdim=True)
+            token = torch.multinomial(q, 1, generator=g).squeeze(1)
+        tokens[:, i] = token
+        probs[:, i] = q
+        value[:, i] = value[:, parent] * VOCAB + token
+    rows = torch.tensor([models.offsets[len(prefix) + d] for d in depths]) + value
+    return tokens, models.target[rows], None if drafting == "topk" else probs
+
+
+def first_two_tokens(
+    models: ToyModels, params: SamplingParams, drafting: str, seed: int, draws: int = DRAWS
+) -> torch.Tensor:
+    """The first two tokens emitted by `draws` independent runs of lossless decoding: [draws, 2].
+
+    When a step emits only its bonus token, the second token is the first one emitted
+    by the next step, whose tree is drafted after that bonus token.
+    """
+    g = torch.Generator().manual_seed(seed)
+    out: list[list[int]] = []
+    tokens, logits, probs = draft_step(models, (), drafting, draws, g)
+    for m in range(draws):
+        result = accept_lossless(STAT_TREE, tokens[m], logits[m], params, g, None if probs is None else probs[m])
+        out.append(result.emitted(tokens[m])[:2])
+    for first in range(VOCAB):
+        waiting = [m for m, emitted in enumerate(out) if emitted == [first]]
+        if not waiting:
+            continue
+        tokens, logits, probs = draft_step(models, (first,), drafting, len(waiting), g)
+        for j, m in enumerate(waiting):
+            result = accept_lossless(STAT_TREE, tokens[j], logits[j], params, g, None if probs is None else probs[j])
+            out[m].append(result.emitted(tokens[j])[0])
+    return torch.tensor(out)
+
+
+def chi_square_pvalue(samples: torch.Tensor, expected: torch.Tensor) -> float:
+    """Pearson chi-square p-value of integer samples against category probabilities.
+
+    Categories with probability 0 must never occur. Categories expected fewer than 5
+    times are pooled (into the smallest other category if the pool is itself below 5).
+    """
+    counts = torch.bincount(samples, minlength=len(expected)).double()
+    assert counts[expected == 0].sum() == 0, "sampled a token the target gives probability 0"
+    n = counts.sum()
+    exp = expected.double() * n
+    big = exp >= 5
+    small = ~big & (expected > 0)
+    obs_bins, exp_bins = counts[big].tolist(), exp[big].tolist()
+    pooled_obs, pooled_exp = float(counts[small].sum()), float(exp[small].sum())
+    if pooled_exp >= 5:
+        obs_bins.append(pooled_obs)
+        exp_bins.append(pooled_exp)
+    elif pooled_exp > 0:
+        smallest = min(range(len(exp_bins)), key=exp_bins.__getitem__)
+        obs_bins[smallest] += pooled_obs
+        exp_bins[smallest] += pooled_exp
+    scale = sum(obs_bins) / sum(exp_bins)
+    return float(chisquare(obs_bins, [e * scale for e in exp_bins]).pvalue)
+
+
+def target_first_and_pair(models: ToyModels, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+    """p(a) and p(a, b) = p(a) p(b | a) over the first two tokens, from the target alone."""
+    first = models.target_probs((), params)
+    pair = torch.stack([first[a] * models.target_probs((a,), params) for a in range(VOCAB)])
+    return first, pair.flatten()
+
+
+LOSSLESS_CASES = [
+    pytest.param(SamplingParams(temperature=1.0), "topk", id="T1-topk-drafts"),
+    pytest.param(SamplingParams(temperature=1.0), "iid", id="T1-iid-sampled-drafts"),
+    pytest.param(SamplingParams(temperature=0.8, top_k=3), "topk", id="topk3-topk-drafts"),
+    pytest.param(SamplingParams(temperature=1.0, top_k=4), "unique", id="topk4-unique-sampled-drafts"),
+    pytest.param(SamplingParams(temperature=1.0, top_p=0.8), "iid", id="topp0.8-iid-sampled-drafts"),
+]
+
+
+@pytest.mark.parametrize(("params", "drafting"), LOSSLESS_CASES)
+def test_lossless_first_two_tokens_follow_the_target(params: SamplingParams, drafting: str) -> None:
+    """The emitted stream must be distributed as sampling the processed target token by token.
+
+    First token: ~ p(. | context). Pair: P(a, b) = p(a | context) * p(b | context, a).
+    The pair is taken over the first two emitted tokens of the whole decode, not of
+    one step: when the step emits only its bonus, b is the first token of the next
+    step (a new tree drafted after a). Restricting to steps that emit two tokens would
+    be wrong, because how many tokens a step emits depends on which token came first
+    (drafted tokens are more likely to be accepted), so conditioning on it skews a.
+    Sampling b from p(. | a) directly would assume what is being tested; running the
+    next step keeps the check end to end. Target rows are random per prefix; draft
+    distributions are the target's plus noise. Seeds are fixed: the test is deterministic.
+    """
+    models = ToyModels(seed=11)
+    samples = first_two_tokens(models, params, drafting, seed=2024)
+    first, pair = target_first_and_pair(models, params)
+    assert chi_square_pvalue(samples[:, 0], first) > P_VALUE
+    assert chi_square_pvalue(samples[:, 0] * VOCAB + samples[:, 1], pair) > P_VALUE
+
+
+def test_negative_control_detects_a_sampler_without_residuals(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same statistic must flag a biased sampler: here a rejected draft leaves p
+    unchanged (accept with probability p(t), no residual), which over-weights drafted tokens.
+    A fifth of the draws is used: the bias is large, and fewer draws only make it harder to see."""
+    monkeypatch.setattr(acceptance, "_residual", lambda p, token, q: p)
+    params = SamplingParams(temperature=1.0)
+    models = ToyModels(seed=11)
+    samples = first_two_tokens(models, params, "topk", seed=2024, draws=DRAWS // 5)
+    first, pair = target_first_and_pair(models, params)
+    assert chi_square_pvalue(samples[:, 0], first) < P_VALUE
+    assert chi_square_pvalue(samples[:, 0] * VOCAB + samples[:, 1], pair) < P_VALUE

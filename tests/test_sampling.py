@@ -1,0 +1,97 @@
+"""Tests for entmtp_vllm/sampling.py: processed distributions and sampling."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from entmtp_vllm.config import SamplingParams
+from entmtp_vllm.sampling import processed_probs, sample
+
+PROBS = torch.tensor([0.05, 0.5, 0.15, 0.3])
+LOGITS = PROBS.log()
+
+
+def test_greedy_is_one_hot_argmax_with_ties_to_the_lowest_index() -> None:
+    logits = torch.tensor([[1.0, 3.0, 3.0, 0.0], [2.0, 0.0, 2.0, 2.0]])
+    probs = processed_probs(logits, SamplingParams())
+    assert probs.tolist() == [[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]
+
+
+def test_temperature_scales_logits() -> None:
+    params = SamplingParams(temperature=0.5)
+    assert torch.allclose(processed_probs(LOGITS, params), (LOGITS / 0.5).softmax(-1))
+    assert torch.allclose(processed_probs(LOGITS, SamplingParams(temperature=1.0)), PROBS)
+
+
+def test_top_k_keeps_the_k_largest_and_renormalises() -> None:
+    probs = processed_probs(LOGITS, SamplingParams(temperature=1.0, top_k=2))
+    assert torch.allclose(probs, torch.tensor([0.0, 0.625, 0.0, 0.375]))
+
+
+def test_top_k_keeps_ties_with_the_kth_logit() -> None:
+    probs = processed_probs(torch.tensor([1.0, 2.0, 1.0, 0.0]), SamplingParams(temperature=1.0, top_k=2))
+    assert (probs > 0).tolist() == [True, True, True, False]
+
+
+def test_top_k_at_least_the_vocabulary_is_disabled() -> None:
+    params = SamplingParams(temperature=1.0, top_k=10)
+    assert torch.allclose(processed_probs(LOGITS, params), PROBS)
+
+
+@pytest.mark.parametrize(
+    ("top_p", "kept"),
+    [
+        (0.5, [False, True, False, False]),  # 0.5 alone reaches 0.5
+        (0.79, [False, True, False, True]),  # 0.5 + 0.3 reaches 0.79
+        (0.81, [False, True, True, True]),
+        (0.01, [False, True, False, False]),  # the top token always stays
+    ],
+)
+def test_top_p_keeps_the_smallest_prefix_reaching_p(top_p: float, kept: list[bool]) -> None:
+    probs = processed_probs(LOGITS.double(), SamplingParams(temperature=1.0, top_p=top_p))
+    assert (probs > 0).tolist() == kept
+    assert torch.allclose(probs, PROBS.double() * torch.tensor(kept) / (PROBS.double() * torch.tensor(kept)).sum())
+
+
+def test_top_k_applies_before_top_p() -> None:
+    # top_k = 3 leaves [0.5, 0.15, 0.3] / 0.95; top_p = 0.8 then needs 0.526 + 0.316.
+    probs = processed_probs(LOGITS.double(), SamplingParams(temperature=1.0, top_k=3, top_p=0.8))
+    assert (probs > 0).tolist() == [False, True, False, True]
+    assert torch.allclose(probs.sum(), torch.tensor(1.0, dtype=torch.float64))
+
+
+def test_rows_are_processed_independently() -> None:
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 11, generator=g)
+    params = SamplingParams(temperature=0.7, top_k=6, top_p=0.9)
+    batched = processed_probs(logits, params)
+    for row in range(5):
+        assert torch.allclose(batched[row], processed_probs(logits[row], params))
+    assert torch.allclose(batched.sum(-1), torch.ones(5))
+
+
+def test_half_precision_is_computed_in_float32() -> None:
+    probs = processed_probs(LOGITS.half(), SamplingParams(temperature=1.0))
+    assert probs.dtype == torch.float32
+    assert processed_probs(LOGITS.double(), SamplingParams(temperature=1.0)).dtype == torch.float64
+
+
+def test_integer_logits_are_refused() -> None:
+    with pytest.raises(TypeError):
+        processed_probs(torch.tensor([1, 2]), SamplingParams())
+
+
+def test_sample_is_reproducible_and_follows_probs() -> None:
+    draws = [sample(PROBS, torch.Generator().manual_seed(3)) for _ in range(2)]
+    assert draws[0] == draws[1]
+    g = torch.Generator().manual_seed(1)
+    counts = torch.bincount(torch.tensor([sample(PROBS, g) for _ in range(4000)]), minlength=4)
+    assert chisquare(counts.tolist(), (PROBS * 4000).tolist()).pvalue > 1e-3
+
+
+def test_sample_one_hot_and_shape_check() -> None:
+    assert sample(torch.tensor([0.0, 0.0, 1.0])) == 2
+    with pytest.raises(ValueError, match="1-D"):
+        sample(torch.ones(2, 3) / 3)
