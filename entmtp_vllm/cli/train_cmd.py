@@ -1,0 +1,93 @@
+"""`entmtp train-heads`: self-distillation data → teacher cache → Hydra/Medusa heads.
+
+The three stages are cached, so a restarted command redoes nothing: answers
+already in the JSONL are not regenerated (`--generate N`), records already in
+the teacher cache are not re-encoded, and `--resume` continues training from the
+latest checkpoint in the work folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from entmtp_vllm.errors import EntMTPError
+
+DEFAULT_DATA = Path("runs/selfdistill/answers.jsonl")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "train-heads",
+        help="train Hydra or Medusa draft heads by self-distillation",
+        description="Generate (or read) the base model's own answers, cache its hidden states, train draft heads.",
+    )
+    p.add_argument("--model", help="base model folder or hub id (default: the embedded SmolLM2-135M-Instruct)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--data", type=Path, help=f"self-distillation JSONL {{id, prompt_ids, answer_ids}} (default: {DEFAULT_DATA})")
+    src.add_argument("--generate", type=int, metavar="N",
+                     help=f"first answer N ShareGPT train-split prompts with vLLM into {DEFAULT_DATA} (skips answered ids)")
+    p.add_argument("--kind", choices=["hydra", "medusa"], default="hydra")
+    p.add_argument("--num-heads", type=int, default=4)
+    p.add_argument("--num-layers", type=int, default=1)
+    p.add_argument("--prefix-layer", action="store_true", help="Hydra++: add the prefix decoder layer")
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--steps", type=int, help="optimizer steps")
+    length.add_argument("--epochs", type=float, default=1.0, help="passes over the cached positions (default: 1)")
+    p.add_argument("--batch-size", type=int, default=256, help="positions per step (default: 256)")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--teacher", choices=["topk", "full", "hard"], default="topk")
+    p.add_argument("--softmax-vocab", type=int, default=8192, help="train-time softmax vocabulary subset; 0 = full vocabulary")
+    p.add_argument("--out", type=Path, required=True, help="folder for the final heads (heads.safetensors, heads.json, MODEL_CARD.md)")
+    p.add_argument("--work-dir", type=Path, help="checkpoints and logs (default: runs/heads/<kind>)")
+    p.add_argument("--cache", type=Path, default=Path("runs/heads/teacher_cache"), help="teacher cache folder (default: %(default)s)")
+    p.add_argument("--no-cache-update", action="store_true", help="train on the cache as it is, without encoding new records")
+    p.add_argument("--cache-dtype", choices=["bfloat16", "float32"], default="bfloat16")
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in the work folder")
+    p.add_argument("--eval-interval", type=int, default=200)
+    p.add_argument("--ckpt-interval", type=int, default=200)
+    p.add_argument("--reload-interval", type=int, default=None, help="pick up new cache shards every N steps")
+    p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS", help="stop and save after this wall time")
+    p.add_argument("--threads", type=int, default=2, help="torch threads; 0 = adapt to the machine load (default: 2)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from entmtp_vllm.heads.checkpoint import load_base_embeddings
+    from entmtp_vllm.model_store import resolve_model
+    from entmtp_vllm.training.teacher_cache import build_teacher_cache
+    from entmtp_vllm.training.train_heads import BaseTensors, TrainConfig, train_heads
+
+    for name in ("num_heads", "num_layers", "batch_size"):
+        if getattr(args, name) < 1:
+            raise EntMTPError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.steps is not None and args.steps < 1:
+        raise EntMTPError("--steps must be at least 1")
+    if args.prefix_layer and args.kind != "hydra":
+        raise EntMTPError("--prefix-layer needs --kind hydra")
+    model = resolve_model(args.model)
+    if not Path(model).is_dir():
+        raise EntMTPError(f"train-heads needs a local model folder; '{model}' is a hub id: download it first")
+    data = args.data or DEFAULT_DATA
+    if args.generate:
+        from entmtp_vllm.prompts import load_prompts
+        from entmtp_vllm.training.selfdistill_data import generate_answers
+
+        prompts = load_prompts("sharegpt", n=args.generate, seed=123, split="train")
+        generate_answers(model, prompts, data)
+    if not args.no_cache_update:
+        build_teacher_cache(model, data, args.cache, dtype=args.cache_dtype, threads=args.threads)
+    embed, lm_head, config = load_base_embeddings(model)
+    base = BaseTensors(embed, lm_head, Path(model).name, config)
+    cfg = TrainConfig(
+        cache=args.cache, work_dir=args.work_dir or Path("runs/heads") / args.kind, out=args.out, kind=args.kind,
+        num_heads=args.num_heads, num_layers=args.num_layers, prefix_layer=args.prefix_layer, steps=args.steps,
+        epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, teacher=args.teacher,
+        softmax_vocab=args.softmax_vocab or None, eval_interval=args.eval_interval, ckpt_interval=args.ckpt_interval,
+        reload_interval=args.reload_interval, time_budget_s=args.time_budget, threads=args.threads, seed=args.seed,
+        resume=args.resume,
+    )
+    result = train_heads(cfg, base, log=lambda m: print(m, flush=True))
+    print(f"heads written to {args.out}: held-out top-1 {result['val']['top1']}, top-5 {result['val']['top5']}")
+    return 0

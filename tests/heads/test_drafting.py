@@ -1,0 +1,170 @@
+"""Tests for entmtp_vllm/heads/drafting.py (tiny random heads, real TreeBuffers)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.heads import HydraHeads, MedusaHeads, PrefixLayerConfig
+from entmtp_vllm.heads.drafting import Draft, TreeDrafter
+from entmtp_vllm.topology import build_tree_buffers
+from entmtp_vllm.tree import Tree
+
+from conftest import HIDDEN, VOCAB, randomize
+
+ROOT = 7
+
+
+def hydra(num_heads: int = 4, **kwargs) -> HydraHeads:
+    return randomize(HydraHeads(HIDDEN, VOCAB, num_heads=num_heads, **kwargs), scale=0.5)
+
+
+def head(heads, lm_head, embed, hidden, d, path_tokens) -> torch.Tensor:
+    """Head d's logits on one path, computed directly."""
+    emb = embed[torch.tensor(path_tokens)][None]
+    return heads.head_logits(d, hidden[None], emb, lm_head)[0]
+
+
+class Counter:
+    """Wraps `heads.head_logits` to count calls and rows per depth."""
+
+    def __init__(self, heads) -> None:
+        self.calls: dict[int, int] = {}
+        self.rows: dict[int, int] = {}
+        original = heads.head_logits
+
+        def counted(depth, hidden, emb, lm=None):
+            self.calls[depth] = self.calls.get(depth, 0) + 1
+            self.rows[depth] = self.rows.get(depth, 0) + hidden.shape[0]
+            return original(depth, hidden, emb, lm)
+
+        heads.head_logits = counted
+
+
+def test_chain_equals_stepwise_argmax(base_weights) -> None:
+    embed, lm_head = base_weights
+    heads = hydra()
+    hidden = torch.randn(HIDDEN)
+    draft = TreeDrafter(heads, embed, lm_head).begin(hidden, ROOT).draft(build_tree_buffers(Tree.from_spec("chain:4")))
+    assert isinstance(draft, Draft) and draft.draft_probs is None
+    path = [ROOT]
+    for d in range(1, 5):
+        path.append(int(head(heads, lm_head, embed, hidden, d, path).argmax()))
+    assert draft.tokens.tolist() == path
+
+
+def test_branching_children_are_parent_topk_in_rank_order(base_weights) -> None:
+    embed, lm_head = base_weights
+    heads = hydra()
+    hidden = torch.randn(HIDDEN)
+    buffers = build_tree_buffers(Tree.from_choices([[0], [1], [2], [0, 0], [0, 1], [2, 0], [2, 1], [2, 2], [2, 1, 0]]))
+    tokens = TreeDrafter(heads, embed, lm_head).begin(hidden, ROOT).draft(buffers).tokens.tolist()
+    assert tokens[0] == ROOT
+    for i in range(1, buffers.num_nodes):
+        path = buffers.nodes[i]
+        parent = buffers.parents[i].item()
+        chain, j = [], parent
+        while j != -1:
+            chain.append(tokens[j])
+            j = buffers.parents[j].item()
+        ancestors = chain[::-1]  # root token first
+        topk = head(heads, lm_head, embed, hidden, len(path), ancestors).topk(3).indices.tolist()
+        assert tokens[i] == topk[path[-1]], path
+
+
+def test_greedy_chain_probs_and_reuse(base_weights) -> None:
+    embed, lm_head = base_weights
+    heads = hydra()
+    hidden = torch.randn(HIDDEN)
+    path, expected = [ROOT], []
+    with torch.no_grad():
+        for d in range(1, 4):
+            p = torch.softmax(head(heads, lm_head, embed, hidden, d, path), -1)
+            expected.append(float(p.max()))
+            path.append(int(p.argmax()))
+    counter = Counter(heads)
+    step = TreeDrafter(heads, embed, lm_head).begin(hidden, ROOT)
+    probs = step.greedy_chain(3)
+    assert probs == pytest.approx(expected, rel=1e-5)
+    assert counter.rows == {1: 1, 2: 1, 3: 1}
+    # full binary tree of depth 3: internal nodes 1 + 2 + 4; the chain's 3 are reused
+    buffers = build_tree_buffers(Tree.from_spec("full:2^3"))
+    draft = step.draft(buffers)
+    assert sum(counter.rows.values()) == 1 + 2 + 4
+    assert counter.rows == {1: 1, 2: 2, 3: 4}
+    assert counter.calls == {1: 1, 2: 2, 3: 2}  # one batched call per level beyond the probe
+    # the chain's tokens are the tree's rank-0 path
+    rank0 = [buffers.nodes.index(p) for p in [(), (0,), (0, 0), (0, 0, 0)]]
+    assert draft.tokens[rank0].tolist() == path
+    # drafting again recomputes nothing
+    step.draft(buffers)
+    assert sum(counter.rows.values()) == 7
+
+
+def test_draft_probs_rows_are_parent_distributions(base_weights) -> None:
+    embed, lm_head = base_weights
+    heads = hydra()
+    hidden = torch.randn(HIDDEN)
+    buffers = build_tree_buffers(Tree.from_spec("full:3,2"))
+    draft = TreeDrafter(heads, embed, lm_head).begin(hidden, ROOT).draft(buffers, want_probs=True)
+    probs = draft.draft_probs
+    assert probs.shape == (buffers.num_nodes, VOCAB)
+    assert torch.all(probs[0] == 0)
+    tokens = draft.tokens.tolist()
+    for i in range(1, buffers.num_nodes):
+        parent = buffers.parents[i].item()
+        path_tokens = [ROOT] if parent == 0 else [ROOT, tokens[parent]]
+        expected = torch.softmax(head(heads, lm_head, embed, hidden, buffers.depths[i].item(), path_tokens), -1)
+        torch.testing.assert_close(probs[i], expected)
+        assert probs[i].argsort(descending=True)[buffers.ranks[i]].item() == tokens[i]
+
+
+def test_too_deep_tree_is_a_user_error(base_weights) -> None:
+    embed, lm_head = base_weights
+    step = TreeDrafter(hydra(num_heads=2), embed, lm_head).begin(torch.randn(HIDDEN), ROOT)
+    with pytest.raises(EntMTPError, match="3 deep"):
+        step.draft(build_tree_buffers(Tree.from_spec("chain:3")))
+    with pytest.raises(EntMTPError):
+        step.greedy_chain(3)
+
+
+def test_wrong_base_weights_are_a_user_error(base_weights) -> None:
+    embed, lm_head = base_weights
+    with pytest.raises(EntMTPError, match="heads expect"):
+        TreeDrafter(hydra(), embed[:, :-1], lm_head)
+    with pytest.raises(EntMTPError, match="lm_head_weight"):
+        TreeDrafter(hydra(), embed)
+
+
+def test_medusa_drafting_uses_each_head_once(base_weights) -> None:
+    embed, lm_head = base_weights
+    heads = randomize(MedusaHeads(HIDDEN, VOCAB, num_heads=3), scale=0.5)
+    counter = Counter(heads)
+    hidden = torch.randn(HIDDEN)
+    buffers = build_tree_buffers(Tree.from_spec("full:3,2,2"))
+    tokens = TreeDrafter(heads, embed, lm_head).begin(hidden, ROOT).draft(buffers).tokens
+    assert counter.rows == {1: 1, 2: 1, 3: 1}
+    candidates = [ROOT] + [t for d in (1, 2, 3) for t in heads.head_logits(d, hidden[None], None, lm_head)[0].topk(buffers.topk).indices.tolist()]
+    torch.testing.assert_close(tokens, torch.tensor(candidates)[buffers.medusa_gather])
+
+
+def test_prefix_heads_draft_from_the_observed_prefix_output(base_weights) -> None:
+    embed, lm_head = base_weights
+    cfg = PrefixLayerConfig(num_attention_heads=4, num_key_value_heads=2, head_dim=4, intermediate_size=24)
+    heads = hydra(num_heads=2, prefix_layer=cfg)
+    drafter = TreeDrafter(heads, embed, lm_head)
+    states = torch.randn(6, HIDDEN)
+    drafter.observe(states[:4], torch.arange(4))
+    drafter.observe(states[4:], [4, 5])
+    expected_hidden = heads.prefix(states, torch.arange(6))[-1]
+    tokens = drafter.begin(states[-1], ROOT).draft(build_tree_buffers(Tree.from_spec("chain:2"))).tokens.tolist()
+    t1 = int(head(heads, lm_head, embed, expected_hidden, 1, [ROOT]).argmax())
+    t2 = int(head(heads, lm_head, embed, expected_hidden, 2, [ROOT, t1]).argmax())
+    assert tokens == [ROOT, t1, t2]
+    # re-observing from an earlier position cuts the cache back
+    drafter.observe(states[3:5], [3, 4])
+    assert drafter.prefix_cache.positions == [0, 1, 2, 3, 4]
+    torch.testing.assert_close(drafter.prefix_cache.last_output, heads.prefix(states[:5], torch.arange(5))[-1], atol=1e-5, rtol=1e-4)
+    drafter.reset()
+    assert drafter.prefix_cache.length == 0

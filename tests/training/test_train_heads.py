@@ -1,0 +1,193 @@
+"""Tests for entmtp_vllm/training/teacher_cache.py and train_heads.py with a tiny random base."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.heads.checkpoint import load_base_embeddings, load_heads
+from entmtp_vllm.training.teacher_cache import build_teacher_cache, cache_summary, load_cache_split, read_manifest, split_of
+from entmtp_vllm.training.train_heads import BaseTensors, TrainConfig, train_heads
+
+VOCAB, HIDDEN = 64, 32
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+                         max_position_embeddings=128)
+    model = LlamaForCausalLM(config).eval()
+    folder = tmp_path_factory.mktemp("tiny_model")
+    model.save_pretrained(folder)
+    return folder
+
+
+def greedy_records(model_dir: Path, n: int, answer_len: int = 24, seed: int = 0) -> list[dict]:
+    """Self-distillation records: the tiny model's greedy continuations of random prompts."""
+    from transformers import LlamaForCausalLM
+
+    model = LlamaForCausalLM.from_pretrained(model_dir).eval()
+    gen = torch.Generator().manual_seed(seed)
+    records = []
+    for i in range(n):
+        prompt = torch.randint(VOCAB, (6,), generator=gen).tolist()
+        seq = list(prompt)
+        with torch.no_grad():
+            for _ in range(answer_len):
+                seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
+        records.append({"id": f"rec{seed}-{i}", "prompt_ids": prompt, "answer_ids": seq[len(prompt):]})
+    return records
+
+
+def write_jsonl(path: Path, records: list[dict], truncated_tail: bool = False) -> None:
+    with path.open("a") as handle:
+        for rec in records:
+            handle.write(json.dumps(rec) + "\n")
+        if truncated_tail:
+            handle.write('{"id": "partial", "prompt_ids": [1, 2')
+
+
+@pytest.fixture(scope="module")
+def cache(tiny_model: Path, tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("data")
+    write_jsonl(folder / "answers.jsonl", greedy_records(tiny_model, 24), truncated_tail=True)
+    out = folder / "cache"
+    build_teacher_cache(str(tiny_model), folder / "answers.jsonl", out, topk=8, dtype="float32", val_pct=25,
+                        chunk_records=10, max_batch_tokens=200, log=lambda m: None)
+    return out
+
+
+def base_tensors(model_dir: Path) -> BaseTensors:
+    embed, lm_head, config = load_base_embeddings(model_dir)
+    return BaseTensors(embed, lm_head, "tiny", config)
+
+
+def test_cache_holds_the_models_hidden_states(tiny_model: Path, cache: Path) -> None:
+    from transformers import LlamaForCausalLM
+
+    manifest = read_manifest(cache)
+    assert manifest["hidden_size"] == HIDDEN and manifest["topk"] == 8
+    ids = [i for s in manifest["shards"] for i in s["ids"]]
+    assert len(ids) == 24 and "partial" not in ids
+    for shard in manifest["shards"]:
+        assert all(split_of(i, 25) == shard["split"] for i in shard["ids"])
+    summary = cache_summary(cache)
+    assert summary["train"]["records"] + summary["val"]["records"] == 24
+    assert summary["val"]["records"] > 0 and summary["train"]["tokens"] == summary["train"]["records"] * 24
+    # first training record, checked against a direct forward pass
+    train = load_cache_split(cache, "train")
+    first_id = next(s for s in manifest["shards"] if s["split"] == "train")["ids"][0]
+    record = next(json.loads(l) for l in (cache.parent / "answers.jsonl").read_text().splitlines()[:-1] if json.loads(l)["id"] == first_id)
+    model = LlamaForCausalLM.from_pretrained(tiny_model).eval()
+    seq = torch.tensor([record["prompt_ids"] + record["answer_ids"]])
+    with torch.no_grad():
+        hidden = model.model(seq).last_hidden_state[0, 5 : 5 + 24]
+        logp = torch.log_softmax(model(seq).logits[0, 5 : 5 + 24], -1)
+    torch.testing.assert_close(train.hidden[:24].float(), hidden, atol=2e-3, rtol=2e-3)
+    assert train.tokens[:24].tolist() == record["answer_ids"]
+    assert train.topk_ids[:24, 0].tolist() == logp.argmax(-1).tolist() == record["answer_ids"]
+    torch.testing.assert_close(train.topk_logp[:24], logp.topk(8).values, atol=2e-3, rtol=2e-3)
+    assert train.record_end[:24].tolist() == [24] * 24
+
+
+def test_cache_is_incremental(tiny_model: Path, cache: Path) -> None:
+    log: list[str] = []
+    build_teacher_cache(str(tiny_model), cache.parent / "answers.jsonl", cache, dtype="float32", val_pct=25, log=log.append)
+    assert "0 new" in log[0]
+    shards = len(read_manifest(cache)["shards"])
+    data = cache.parent / "more.jsonl"
+    data.write_text((cache.parent / "answers.jsonl").read_text().rsplit("\n", 1)[0] + "\n")
+    write_jsonl(data, greedy_records(tiny_model, 3, seed=5))
+    copy = cache.parent / "cache_copy"
+    import shutil
+
+    shutil.copytree(cache, copy)
+    build_teacher_cache(str(tiny_model), data, copy, dtype="float32", log=log.append)
+    assert "24 records cached, 3 new" in log[-2]
+    assert sum(len(s["ids"]) for s in read_manifest(copy)["shards"]) == 27
+    assert len(read_manifest(copy)["shards"]) > shards
+
+
+def test_missing_cache_or_data_is_a_user_error(tmp_path: Path, tiny_model: Path) -> None:
+    with pytest.raises(EntMTPError):
+        load_cache_split(tmp_path, "train")
+    with pytest.raises(EntMTPError, match="does not exist"):
+        build_teacher_cache(str(tiny_model), tmp_path / "none.jsonl", tmp_path / "c", log=lambda m: None)
+
+
+def config(cache: Path, work: Path, **kwargs) -> TrainConfig:
+    base = dict(cache=cache, work_dir=work, num_heads=3, batch_size=64, lr=1e-2, warmup=2, eval_interval=5,
+                ckpt_interval=5, eval_positions=200, threads=1, progress=False, softmax_vocab=None)
+    return TrainConfig(**{**base, **kwargs})
+
+
+@pytest.mark.parametrize("kind,teacher,vocab", [("hydra", "topk", None), ("medusa", "topk", None), ("hydra", "hard", 16), ("hydra", "full", None)])
+def test_tiny_training_lowers_the_loss(tiny_model: Path, cache: Path, tmp_path: Path, kind, teacher, vocab) -> None:
+    result = train_heads(config(cache, tmp_path, kind=kind, steps=30, teacher=teacher, softmax_vocab=vocab),
+                         base_tensors(tiny_model), log=lambda m: None)
+    log = [json.loads(l) for l in (tmp_path / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [5, 10, 15, 20, 25, 30]
+    assert log[-1]["loss"] < log[0]["loss"]
+    if teacher != "full":  # KL to a near-uniform teacher need not lower the greedy token's NLL
+        assert sum(log[-1]["val"]["nll"]) < sum(log[0]["val"]["nll"])
+    assert result["steps"] == 30 and len(result["val"]["top1"]) == 3
+
+
+def test_prefix_layer_training_runs(tiny_model: Path, cache: Path, tmp_path: Path) -> None:
+    result = train_heads(config(cache, tmp_path, prefix_layer=True, window=8, steps=10), base_tensors(tiny_model), log=lambda m: None)
+    log = [json.loads(l) for l in (tmp_path / "train_log.jsonl").read_text().splitlines()]
+    assert log[-1]["loss"] < log[0]["loss"] or result["steps"] == 10
+
+
+def test_resume_continues_the_step_count(tiny_model: Path, cache: Path, tmp_path: Path) -> None:
+    base = base_tensors(tiny_model)
+    train_heads(config(cache, tmp_path, steps=10), base, log=lambda m: None)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("*.pt")) == ["step_0000005.pt", "step_0000010.pt"]
+    messages: list[str] = []
+    result = train_heads(config(cache, tmp_path, steps=15, resume=True, out=tmp_path / "heads"), base, log=messages.append)
+    assert any("resumed from" in m and "step 10" in m for m in messages)
+    assert result["steps"] == 15
+    steps = [json.loads(l)["step"] for l in (tmp_path / "train_log.jsonl").read_text().splitlines()]
+    assert steps == [5, 10, 15]
+    heads = load_heads(tmp_path / "heads", {"hidden_size": HIDDEN, "vocab_size": VOCAB})
+    assert heads.num_heads == 3 and heads.meta["training"]["steps"] == 15
+    card = (tmp_path / "heads" / "MODEL_CARD.md").read_text()
+    assert "Held-out accuracy" in card and "answer tokens" in card
+
+
+def test_time_budget_stops_and_saves(tiny_model: Path, cache: Path, tmp_path: Path) -> None:
+    result = train_heads(config(cache, tmp_path, steps=10_000, time_budget_s=1e-6), base_tensors(tiny_model), log=lambda m: None)
+    assert result["stopped_early"] and result["steps"] < 10_000
+    assert list((tmp_path / "checkpoints").glob("*.pt"))
+
+
+def test_cli_train_heads_end_to_end(tiny_model: Path, cache: Path, tmp_path: Path, capsys) -> None:
+    from entmtp_vllm.cli.main import main
+
+    data = cache.parent / "answers.jsonl"
+    argv = ["train-heads", "--model", str(tiny_model), "--data", str(data), "--cache", str(tmp_path / "cache"),
+            "--cache-dtype", "float32", "--kind", "medusa", "--num-heads", "2", "--steps", "4", "--batch-size", "32",
+            "--eval-interval", "2", "--ckpt-interval", "2", "--threads", "1", "--softmax-vocab", "0",
+            "--work-dir", str(tmp_path / "work"), "--out", str(tmp_path / "heads")]
+    assert main(argv) == 0
+    assert "heads written to" in capsys.readouterr().out
+    heads = load_heads(tmp_path / "heads", {"hidden_size": HIDDEN, "vocab_size": VOCAB})
+    assert heads.kind == "medusa" and heads.num_heads == 2
+    assert main(argv[:-4] + ["--work-dir", str(tmp_path / "work"), "--out", str(tmp_path / "heads"), "--resume", "--no-cache-update"]) == 0
+
+
+def test_cli_user_errors(tmp_path: Path, capsys) -> None:
+    from entmtp_vllm.cli.main import main
+
+    assert main(["train-heads", "--kind", "medusa", "--prefix-layer", "--out", str(tmp_path)]) == 2
+    assert "--prefix-layer needs --kind hydra" in capsys.readouterr().err
+    assert main(["train-heads", "--num-heads", "0", "--out", str(tmp_path)]) == 2
+    assert main(["train-heads", "--model", str(tmp_path / "nope"), "--out", str(tmp_path)]) == 2
