@@ -19,6 +19,9 @@ COMMAND_MODULES = (
     "entmtp_vllm.cli.model_cmd",
     "entmtp_vllm.cli.data_cmd",
     "entmtp_vllm.cli.tree_cmd",
+    "entmtp_vllm.cli.train_cmd",
+    "entmtp_vllm.cli.generate_cmd",
+    "entmtp_vllm.cli.bench_cmd",
 )
 
 

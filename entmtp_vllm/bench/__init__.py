@@ -1,0 +1,1 @@
+"""Benchmarks: offline (reference engine over prompt sets); the serving benchmark joins later."""

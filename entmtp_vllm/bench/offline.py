@@ -1,0 +1,379 @@
+"""Offline benchmark: methods (AR, static trees, banks with policies, Medusa) on prompt sets.
+
+For each method: one warm-up generation (excluded), then every prompt once; the timed
+region of a generation includes its prefill (the paper's protocol). Reported per method:
+
+- tok/s = total generated tokens / total time,
+- rho = tok/s over AR's tok/s in the same run (AR is always run, first),
+- tau = mean accept length (tokens emitted per decode step, over all steps),
+- mean tree nodes verified per step,
+- with `check_equal` (greedy only): prompts whose tokens differ from AR's.
+
+`run_offline` returns a JSON-ready dict; `markdown_report` and `write_report` render it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from entmtp_vllm.errors import EntMTPError
+
+METHOD_FORMS = "ar, tree:SPEC[#NAME], bank:FILE[:POLICY], medusa:SPEC[#NAME]"
+_METHOD_START = re.compile(r",(?=(?:ar(?:,|$)|tree:|bank:|medusa:))")
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One method of a benchmark run, as written on the command line."""
+
+    label: str
+    """The text as given (also the row name in the report)."""
+
+    kind: str
+    """ar | tree | bank | medusa."""
+
+    source: str | None = None
+    """Tree spec / choices file (tree, medusa) or bank file (bank)."""
+
+    name: str | None = None
+    """Tree name inside a choices or bank file (`#NAME`)."""
+
+    policy: str | None = None
+    """Policy string for a bank (`bank:FILE:POLICY`); None = the bank's own."""
+
+
+def parse_methods(values: str | list[str]) -> list[MethodSpec]:
+    """`ar,tree:full:2,1,1,bank:b.json:static:small` -> MethodSpecs (AR first, added if absent).
+
+    Commas separate methods only where a new method starts (`ar`, `tree:`, `bank:`,
+    `medusa:`), so tree specs such as `full:2,1,1` keep their commas.
+    """
+    texts = [values] if isinstance(values, str) else list(values)
+    parts = [part.strip() for text in texts for part in _METHOD_START.split(text) if part.strip()]
+    methods: list[MethodSpec] = []
+    for part in parts:
+        kind, _, rest = part.partition(":")
+        if kind == "ar" and not rest:
+            methods.append(MethodSpec(part, "ar"))
+        elif kind in ("tree", "medusa") and rest:
+            source, _, name = rest.partition("#")
+            methods.append(MethodSpec(part, kind, source, name or None))
+        elif kind == "bank" and rest:
+            source, _, policy = rest.partition(":")
+            methods.append(MethodSpec(part, "bank", source, None, policy or None))
+        else:
+            raise EntMTPError(f"invalid method {part!r}; accepted forms: {METHOD_FORMS}")
+    labels = [m.label for m in methods]
+    duplicated = sorted({label for label in labels if labels.count(label) > 1})
+    if duplicated:
+        raise EntMTPError(f"method {duplicated[0]!r} is listed twice")
+    if not any(m.kind == "ar" for m in methods):
+        methods.insert(0, MethodSpec("ar", "ar"))
+    else:
+        methods.sort(key=lambda m: m.kind != "ar")
+    return methods
+
+
+@dataclass
+class OfflineBenchConfig:
+    """Everything one offline benchmark run depends on."""
+
+    datasets: list[str]
+    methods: list[MethodSpec]
+    num_prompts: int | None = 10
+    seed: int = 123
+    split: str = "all"
+    category: str | None = None
+    data_path: str | None = None
+    max_tokens: int = 128
+    model: str | None = None
+    dtype: str = "float32"
+    threads: int = 1
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    acceptance: str = "typical"
+    sampling_seed: int = 0
+    heads: str | None = None
+    medusa_heads: str | None = None
+    check_equal: bool = False
+    raw: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def machine_info(threads: int, dtype: str) -> dict[str, Any]:
+    """Where and how the numbers were measured."""
+    import torch
+    import transformers
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "threads": threads,
+        "torch_threads": torch.get_num_threads(),
+        "dtype": dtype,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _first_difference(a: list[int], b: list[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _build_engines(config: OfflineBenchConfig, model, tokenizer):
+    """One engine per method; drafters (Hydra / Medusa heads) are loaded once each."""
+    from entmtp_vllm.engine.loading import load_drafter, load_trees
+    from entmtp_vllm.engine.reference import ReferenceEngine
+
+    drafters: dict[str, Any] = {}
+
+    def drafter(kind: str):
+        if kind not in drafters:
+            path = config.heads if kind == "hydra" else config.medusa_heads
+            drafters[kind] = load_drafter(path, model, kind=kind)
+        return drafters[kind]
+
+    engines = {}
+    for method in config.methods:
+        if method.kind == "ar":
+            engines[method.label] = ReferenceEngine(model, tokenizer)
+            continue
+        if method.kind == "bank":
+            bank, policy, _ = load_trees(bank=method.source, policy=method.policy)
+        else:
+            bank, policy, _ = load_trees(tree=method.source, name=method.name)
+        kind = "medusa" if method.kind == "medusa" else "hydra"
+        engines[method.label] = ReferenceEngine(model, tokenizer, drafter(kind), bank, policy)
+    return engines
+
+
+def run_offline(config: OfflineBenchConfig, progress: bool = True, log=print) -> dict[str, Any]:
+    """Run every method over the prompts; return the results as a JSON-ready dict."""
+    import torch
+    from tqdm import tqdm
+
+    from entmtp_vllm.config import SamplingParams
+    from entmtp_vllm.engine.loading import load_target
+    from entmtp_vllm.prompts import chat_text, load_prompts
+
+    sampling = SamplingParams(temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)
+    if config.check_equal and not sampling.greedy:
+        raise EntMTPError("--check-equal compares greedy outputs: use --temperature 0")
+    if config.max_tokens < 1:
+        raise EntMTPError(f"--max-tokens must be at least 1 (got {config.max_tokens})")
+    torch.set_num_threads(config.threads)
+
+    prompts = []
+    for dataset in config.datasets:
+        prompts.extend(
+            load_prompts(dataset, config.num_prompts, config.seed, config.split, config.category, config.data_path)
+        )
+    model, tokenizer = load_target(config.model, config.dtype)
+    engines = _build_engines(config, model, tokenizer)
+    encoded = []
+    for prompt in prompts:
+        text = prompt.text if config.raw else chat_text(tokenizer, prompt.text)
+        encoded.append(tokenizer(text, add_special_tokens=config.raw)["input_ids"])
+    for prompt, ids in zip(prompts, encoded):  # fail before any timing
+        engines[config.methods[0].label].check_request(ids, config.max_tokens, "ar", config.acceptance)
+
+    methods_out: dict[str, Any] = {}
+    for method in config.methods:
+        engine = engines[method.label]
+        method_name = "ar" if method.kind == "ar" else "tree"
+
+        def generate(ids, index):
+            return engine.generate(
+                ids,
+                config.max_tokens,
+                sampling=sampling,
+                acceptance=config.acceptance,
+                method=method_name,
+                seed=config.sampling_seed + index,
+            )
+
+        generate(encoded[0], 0)  # warm-up, excluded from every number
+        rows = []
+        bar = tqdm(list(zip(prompts, encoded)), desc=method.label, unit="prompt", disable=not progress, leave=True)
+        for index, (prompt, ids) in enumerate(bar):
+            gen = generate(ids, index)
+            rows.append(
+                {
+                    "id": prompt.id,
+                    "dataset": prompt.dataset,
+                    "prompt_tokens": gen.prompt_tokens,
+                    "num_tokens": gen.num_tokens,
+                    "time_s": gen.total_time_s,
+                    "prefill_time_s": gen.prefill_time_s,
+                    "tokens_per_second": gen.tokens_per_second,
+                    "steps": len(gen.steps),
+                    "mean_accept_length": gen.mean_accept_length,
+                    "mean_nodes": gen.mean_nodes,
+                    "accept_lengths": gen.accept_lengths,
+                    "trees_used": gen.trees_used,
+                    "tree_switches": gen.tree_switches,
+                    "stop_reason": gen.stop_reason,
+                    "token_ids": gen.token_ids,
+                }
+            )
+        bar.close()
+        methods_out[method.label] = _summarise(method, rows)
+
+    ar_tps = methods_out[config.methods[0].label]["tokens_per_second"]
+    for summary in methods_out.values():
+        summary["speedup"] = summary["tokens_per_second"] / ar_tps if ar_tps > 0 else None
+
+    mismatches = []
+    if config.check_equal:
+        reference = methods_out[config.methods[0].label]["prompts"]
+        for label, summary in methods_out.items():
+            count = 0
+            for ref_row, row in zip(reference, summary["prompts"]):
+                diff = _first_difference(ref_row["token_ids"], row["token_ids"])
+                if diff is not None:
+                    count += 1
+                    mismatches.append(
+                        {"method": label, "id": row["id"], "dataset": row["dataset"], "first_difference": diff,
+                         "ar_tokens": len(ref_row["token_ids"]), "tokens": len(row["token_ids"])}
+                    )
+            summary["mismatches"] = count
+
+    config_out = asdict(config)
+    config_out["methods"] = [m.label for m in config.methods]
+    return {
+        "benchmark": "offline",
+        "config": config_out,
+        "machine": machine_info(config.threads, config.dtype),
+        "num_prompts": len(prompts),
+        "methods": methods_out,
+        "check_equal": {"checked": config.check_equal, "mismatches": mismatches} if config.check_equal else None,
+    }
+
+
+def _summarise(method: MethodSpec, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    tokens = sum(r["num_tokens"] for r in rows)
+    seconds = sum(r["time_s"] for r in rows)
+    steps = sum(r["steps"] for r in rows)
+    accepted = sum(sum(r["accept_lengths"]) for r in rows)
+    nodes = sum(r["mean_nodes"] * r["steps"] for r in rows)
+    trees: dict[str, int] = {}
+    for row in rows:
+        for name, count in row["trees_used"].items():
+            trees[name] = trees.get(name, 0) + count
+    return {
+        "kind": method.kind,
+        "tokens": tokens,
+        "time_s": seconds,
+        "tokens_per_second": tokens / seconds if seconds > 0 else 0.0,
+        "steps": steps,
+        "mean_accept_length": accepted / steps if steps else 0.0,
+        "mean_nodes": nodes / steps if steps else 0.0,
+        "trees_used": trees,
+        "prompts": rows,
+    }
+
+
+def markdown_report(results: dict[str, Any]) -> str:
+    """The results as a Markdown table, with the setup on top."""
+    cfg, machine = results["config"], results["machine"]
+    check = results.get("check_equal")
+    lines = [
+        f"Offline benchmark — {', '.join(cfg['datasets'])}, {results['num_prompts']} prompts, "
+        f"{cfg['max_tokens']} new tokens, {machine['dtype']}, {machine['threads']} thread(s), "
+        f"T={cfg['temperature']}, acceptance {cfg['acceptance']}; {machine['cpu']}; {machine['date']}",
+        "",
+        "| method | tok/s | ρ vs AR | τ (mean accept length) | nodes/step | tokens | time (s)"
+        + (" | mismatches |" if check else " |"),
+        "|---|---:|---:|---:|---:|---:|---:" + ("|---:|" if check else "|"),
+    ]
+    for label, m in results["methods"].items():
+        row = (
+            f"| `{label}` | {m['tokens_per_second']:.2f} | {m['speedup']:.3f} | {m['mean_accept_length']:.3f} | "
+            f"{m['mean_nodes']:.1f} | {m['tokens']} | {m['time_s']:.1f}"
+        )
+        row += f" | {m.get('mismatches', 0)} |" if check else " |"
+        lines.append(row)
+    if check:
+        bad = check["mismatches"]
+        lines.append("")
+        if bad:
+            lines.append(f"**{len(bad)} prompt(s) differ from AR** (greedy):")
+            lines.extend(
+                f"- `{b['method']}` {b['dataset']} {b['id']}: first difference at token {b['first_difference']}"
+                for b in bad
+            )
+        else:
+            lines.append("Greedy check: every method's token ids equal AR's on every prompt.")
+    return "\n".join(lines) + "\n"
+
+
+def plot_report(results: dict[str, Any], path: Path) -> None:
+    """A bar chart of tok/s per method, annotated with ρ and τ."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = list(results["methods"])
+    values = [results["methods"][k]["tokens_per_second"] for k in labels]
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.6 * len(labels)), 3.6))
+    bars = ax.bar(range(len(labels)), values, color=["#888888"] + ["#3a78b5"] * (len(labels) - 1))
+    for bar, label in zip(bars, labels):
+        m = results["methods"][label]
+        ax.annotate(
+            f"ρ {m['speedup']:.2f}\nτ {m['mean_accept_length']:.2f}",
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
+    ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("tokens / s")
+    machine = results["machine"]
+    ax.set_title(f"{', '.join(results['config']['datasets'])} — {machine['dtype']}, {machine['threads']} thread(s)", fontsize=9)
+    ax.set_ylim(0, max(values) * 1.25 if values and max(values) > 0 else 1)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_report(results: dict[str, Any], out_dir: str | os.PathLike[str], stem: str = "offline") -> dict[str, Path]:
+    """`<stem>.json`, `<stem>.md` and `<stem>.png` in `out_dir` (created)."""
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EntMTPError(f"cannot create output folder {out}: {exc.strerror or exc}") from None
+    paths = {"json": out / f"{stem}.json", "markdown": out / f"{stem}.md", "png": out / f"{stem}.png"}
+    paths["json"].write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    paths["markdown"].write_text(markdown_report(results), encoding="utf-8")
+    plot_report(results, paths["png"])
+    return paths
+
+
+def timestamp() -> str:
+    return time.strftime("%Y%m%d-%H%M%S")

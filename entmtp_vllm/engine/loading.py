@@ -1,0 +1,111 @@
+"""Building a `ReferenceEngine` from what a user names: a model, heads, trees, a policy.
+
+The CLI (`entmtp generate`, `entmtp bench offline`) and scripts share these helpers,
+so that the same flags mean the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from entmtp_vllm.bank_file import load_bank, load_tree_source
+from entmtp_vllm.engine.defaults import DEFAULT_TREE, DTYPE_CHOICES
+from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.policies import Policy, make_policy, parse_policy_arg
+from entmtp_vllm.topology import TopologyBank
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+}
+
+
+def parse_dtype(name: str | torch.dtype) -> torch.dtype:
+    """`float32` / `bfloat16` (or `fp32` / `bf16`, or a torch dtype) -> torch dtype."""
+    if isinstance(name, torch.dtype):
+        if name not in DTYPES.values():
+            raise EntMTPError(f"dtype {name} is not supported; use one of: {', '.join(DTYPE_CHOICES)}")
+        return name
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise EntMTPError(f"unknown dtype {name!r}; use one of: {', '.join(DTYPE_CHOICES)}") from None
+
+
+def load_target(model: str | None = None, dtype: str | torch.dtype = "float32", attn_implementation: str = "sdpa"):
+    """(model, tokenizer) for `--model` (None: the embedded SmolLM2), in eval mode on CPU."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    from entmtp_vllm.model_store import resolve_model
+
+    hf_logging.disable_progress_bar()
+
+    torch_dtype = parse_dtype(dtype)
+    where = resolve_model(model)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where)
+        lm = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype, attn_implementation=attn_implementation)
+    except OSError as exc:
+        raise EntMTPError(f"cannot load model {where}: {str(exc).splitlines()[0]}") from None
+    return lm.eval(), tokenizer
+
+
+def default_heads_folder(kind: str = "hydra") -> Path:
+    """Where the shipped heads of `kind` live (they may not exist yet)."""
+    from entmtp_vllm.heads.checkpoint import default_heads_path
+
+    return Path(default_heads_path(kind))
+
+
+def load_drafter(heads: str | os.PathLike[str] | None, model, kind: str = "hydra"):
+    """A `TreeDrafter` over the heads in folder `heads` (None: the shipped `kind` heads),
+    checked against `model` (hidden size, vocabulary) and cast to its dtype."""
+    from entmtp_vllm.heads.checkpoint import load_heads
+    from entmtp_vllm.heads.drafting import TreeDrafter
+
+    folder = Path(heads) if heads is not None else default_heads_folder(kind)
+    if not folder.exists():
+        flag = "--medusa-heads" if kind == "medusa" else "--heads"
+        raise EntMTPError(
+            f"no {kind} heads at {folder}: pass {flag} FOLDER (a folder with heads.safetensors + heads.json), "
+            "or use --method ar"
+        )
+    param = next(model.parameters())
+    loaded = load_heads(folder, model.config, dtype=param.dtype, device=param.device)
+    return TreeDrafter(loaded, model.get_input_embeddings().weight, model.get_output_embeddings().weight)
+
+
+def load_trees(
+    tree: str | None = None,
+    name: str | None = None,
+    bank: str | os.PathLike[str] | None = None,
+    policy: str | dict | None = None,
+) -> tuple[TopologyBank, Policy, str]:
+    """(bank, policy, label) from `--tree SPEC [--name N]` or `--bank FILE`, and `--policy`.
+
+    The policy defaults to the bank file's own policy, else static on the first tree.
+    """
+    if tree is not None and bank is not None:
+        raise EntMTPError("give either --tree or --bank, not both")
+    if bank is not None:
+        bank_file = load_bank(bank)
+        topology = bank_file.topology_bank()
+        config = policy if policy is not None else bank_file.policy
+        label = f"bank:{Path(bank).name}"
+    else:
+        spec = tree or DEFAULT_TREE
+        named = load_tree_source(spec, name)
+        topology = TopologyBank([t for _, t in named], [n for n, _ in named])
+        config = policy
+        label = f"tree:{spec}" + (f"#{name}" if name else "")
+    if isinstance(config, str):
+        config = parse_policy_arg(config)
+    if config is None:
+        config = {"kind": "static", "tree": 0}
+    return topology, make_policy(config, topology), label

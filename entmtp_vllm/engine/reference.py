@@ -1,0 +1,311 @@
+"""The reference decode loop: tree speculative decoding over a transformers causal LM.
+
+One readable loop, gpt-fast style. Per request:
+
+    prefill the prompt -> first token (the first root), last hidden state
+    repeat until EOS or max_new_tokens:
+        features  : p0 and entropy of the verifier at the last accepted node, the heads'
+                    top-1 chain -> s = best_path_value(p0, head_top1)
+        policy    : s -> bank index -> the tree's TreeBuffers
+        draft     : the heads fill the tree; node 0 is the root (emitted, not yet cached)
+        verify    : ONE forward over all nodes, positions past_len + depths, a 4-D mask
+                    (the whole prefix is visible, the tree part is buffers.attention_mask)
+        accept    : greedy / typical / lossless -> accepted path (root first) + bonus token
+        compact   : the KV cache keeps the prefix and the accepted nodes, in path order
+        next      : bonus token = next root; hidden state / logits of the last accepted node
+                    (Hydra++ heads: their prefix layer also observes every accepted position)
+
+`method="ar"` runs the autoregressive baseline in the same engine: the same prefill,
+then one token per forward pass, sampled by the same code.
+
+Timing covers the whole call, prefill included (the paper's timed region).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import torch
+from transformers.cache_utils import DynamicCache
+
+from entmtp_vllm.acceptance import ACCEPT_MODES, accept
+from entmtp_vllm.config import SamplingParams, TypicalConfig
+from entmtp_vllm.engine.kv_cache import cache_length, check_compactable, compact_to_path
+from entmtp_vllm.engine.records import Generation, StepRecord
+from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.features import FeatureTracker, entropy
+from entmtp_vllm.policies import Policy, make_policy
+from entmtp_vllm.sampling import processed_probs, sample
+from entmtp_vllm.topology import TopologyBank, TreeBuffers
+
+METHODS = ("tree", "ar")
+
+
+def eos_token_ids(model, tokenizer) -> set[int]:
+    """Every id that ends a generation: the tokenizer's EOS and the generation config's."""
+    ids: set[int] = set()
+    candidates = [getattr(tokenizer, "eos_token_id", None)]
+    generation_config = getattr(model, "generation_config", None)
+    if generation_config is not None:
+        candidates.append(generation_config.eos_token_id)
+    for value in candidates:
+        if value is None:
+            continue
+        ids.update([value] if isinstance(value, int) else list(value))
+    return ids
+
+
+def _num_heads(drafter) -> int | None:
+    """How deep the drafter can draft (its number of heads), when it says so."""
+    for owner, attr in ((drafter, "max_depth"), (drafter, "num_heads"), (getattr(drafter, "heads", None), "num_heads")):
+        value = getattr(owner, attr, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+class ReferenceEngine:
+    """Tree speculative decoding (and the AR baseline) over a transformers causal LM.
+
+    `drafter` is a `TreeDrafter` (or None for AR only); `bank` the trees to choose from;
+    `policy` picks one per step (default: static on the bank's first tree). All checks that
+    do not depend on the prompt happen here, before any decoding.
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        drafter=None,
+        bank: TopologyBank | None = None,
+        policy: Policy | None = None,
+        typical: TypicalConfig = TypicalConfig(),
+    ) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.drafter = drafter
+        self.bank = bank
+        self.typical = typical
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.max_positions = getattr(model.config, "max_position_embeddings", None)
+        self.eos_ids = eos_token_ids(model, tokenizer)
+
+        if (drafter is None) != (bank is None):
+            raise EntMTPError("tree decoding needs both heads (a drafter) and trees (a bank); pass both or neither")
+        if bank is not None:
+            heads = _num_heads(drafter)
+            if heads is not None and bank.max_depth > heads:
+                deepest = max(range(len(bank)), key=lambda i: bank.tree(i).depth)
+                raise EntMTPError(
+                    f"tree '{bank.names[deepest]}' has depth {bank.tree(deepest).depth} but the heads draft only "
+                    f"{heads} tokens deep; use a tree of depth <= {heads} or heads with more heads"
+                )
+            self.policy = policy if policy is not None else make_policy({"kind": "static", "tree": 0}, bank)
+        else:
+            if policy is not None:
+                raise EntMTPError("a tree policy was given without a bank of trees")
+            self.policy = None
+
+    # ------------------------------------------------------------------ checks
+
+    def check_request(self, prompt_ids: Sequence[int], max_new_tokens: int, method: str, acceptance: str) -> None:
+        """Raise EntMTPError for a request that cannot run, before any forward pass."""
+        if method not in METHODS:
+            raise EntMTPError(f"unknown method {method!r}; use one of: {', '.join(METHODS)}")
+        if method == "tree" and self.drafter is None:
+            raise EntMTPError("method 'tree' needs heads and trees; this engine was built for AR decoding only")
+        if acceptance not in ACCEPT_MODES:
+            raise EntMTPError(f"unknown acceptance mode {acceptance!r}; use one of: {', '.join(ACCEPT_MODES)}")
+        if len(prompt_ids) == 0:
+            raise EntMTPError("the prompt is empty; give at least one token")
+        if max_new_tokens < 1:
+            raise EntMTPError(f"max_new_tokens must be at least 1 (got {max_new_tokens})")
+        if self.max_positions is not None and len(prompt_ids) + max_new_tokens > self.max_positions:
+            raise EntMTPError(
+                f"the prompt has {len(prompt_ids)} tokens and {max_new_tokens} new tokens were asked for, but the "
+                f"model's context is {self.max_positions} tokens; shorten the prompt or lower max_new_tokens to "
+                f"{max(self.max_positions - len(prompt_ids), 0)}"
+            )
+
+    # ------------------------------------------------------------------ model calls
+
+    def _forward(
+        self,
+        input_ids: torch.Tensor,
+        cache: DynamicCache,
+        position_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        last_only: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One forward pass that appends to `cache`: (logits [n, V], hidden [n, H]).
+
+        `hidden` is the last hidden state after the final norm: in transformers 5.x the last
+        element of `hidden_states` is tied to `last_hidden_state` (tests check it).
+        `last_only` computes logits for the last position only (prefill); hidden keeps all.
+        """
+        out = self.model(
+            input_ids=input_ids[None],
+            position_ids=None if position_ids is None else position_ids[None],
+            attention_mask=attention_mask,
+            past_key_values=cache,
+            use_cache=True,
+            output_hidden_states=True,
+            logits_to_keep=1 if last_only else 0,
+        )
+        return out.logits[0], out.hidden_states[-1][0]
+
+    def _tree_mask(self, buffers: TreeBuffers, past_len: int) -> torch.Tensor:
+        """Additive 4-D mask [1, 1, N, past_len + N]: every node sees the whole prefix, and
+        inside the tree itself and its ancestors (buffers.attention_mask)."""
+        n = buffers.num_nodes
+        mask = torch.zeros(1, 1, n, past_len + n, dtype=self.dtype, device=self.device)
+        blocked = ~buffers.attention_mask.to(self.device)
+        mask[0, 0, :, past_len:].masked_fill_(blocked, torch.finfo(self.dtype).min)
+        return mask
+
+    def _pick(self, logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None) -> int:
+        """The next token from one row of logits: argmax when greedy, else a sample."""
+        if sampling.greedy:
+            return int(logits.argmax())
+        return sample(processed_probs(logits, sampling), generator)
+
+    # ------------------------------------------------------------------ decoding
+
+    @torch.inference_mode()
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        max_new_tokens: int,
+        sampling: SamplingParams = SamplingParams(),
+        acceptance: str = "typical",
+        method: str | None = None,
+        seed: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Generation:
+        """Generate up to `max_new_tokens` tokens after `prompt_ids` (token ids, already templated).
+
+        `method` is "tree" (default when the engine has heads) or "ar". `seed` (or an explicit
+        `generator`) makes sampling at temperature > 0 reproducible.
+        """
+        method = method or ("tree" if self.drafter is not None else "ar")
+        prompt_ids = [int(t) for t in prompt_ids]
+        self.check_request(prompt_ids, max_new_tokens, method, acceptance)
+        if generator is None and seed is not None:
+            generator = torch.Generator(device=self.device).manual_seed(seed)
+        draft_probs_needed = acceptance == "lossless" and not sampling.greedy
+
+        started = time.perf_counter()
+        # --- prefill: the prompt into the cache; its last position gives the first token.
+        cache = DynamicCache(config=self.model.config)
+        check_compactable(cache)
+        prompt = torch.tensor(prompt_ids, dtype=torch.long, device=self.device)
+        logits, hidden = self._forward(prompt, cache, last_only=True)
+        last_logits, last_hidden = logits[-1], hidden[-1]
+        observe = method == "tree" and getattr(getattr(self.drafter, "heads", None), "prefix", None) is not None
+        if observe:  # Hydra++: the heads' own prefix layer reads every accepted position
+            self.drafter.reset()
+            self.drafter.observe(hidden, torch.arange(len(prompt_ids)))
+        root = self._pick(last_logits, sampling, generator)
+        generated = [root]
+        prefill_time = time.perf_counter() - started
+
+        steps: list[StepRecord] = []
+        tracker = FeatureTracker()
+        state = self.policy.new_state() if self.policy is not None else None
+        stop_reason = "eos" if root in self.eos_ids else "length"
+
+        while len(generated) < max_new_tokens and stop_reason != "eos":
+            step_started = time.perf_counter()
+            past_len = cache_length(cache)  # = prompt + generated - 1: the root is not cached yet
+
+            if method == "ar":
+                # --- AR: feed the root, read the next token.
+                logits, hidden = self._forward(torch.tensor([root], device=self.device), cache)
+                token = self._pick(logits[-1], sampling, generator)
+                emitted, accepted, features = [token], [0], None
+                tree_index = tree_name = None
+                nodes = 1
+            else:
+                # --- features at the last accepted node, then the policy's choice.
+                probs = torch.softmax(last_logits.float(), dim=-1)
+                p0 = float(probs.max())
+                step_entropy = float(entropy(probs))
+                draft_step = self.drafter.begin(last_hidden, root)
+                head_top1 = draft_step.greedy_chain(self.bank.max_depth)
+                step_features = tracker.features(p0, head_top1, step_entropy)
+                tree_index = self.policy.choose(state, step_features)
+                tree_name = self.bank.names[tree_index]
+                buffers = self.bank.buffers(tree_index, self.device)
+                nodes = buffers.num_nodes
+
+                # --- draft the tree (tokens[0] is the root).
+                draft = draft_step.draft(buffers, want_probs=draft_probs_needed)
+                tokens = draft.tokens.to(self.device)
+
+                # --- verify every node in one forward pass.
+                logits, hidden = self._forward(
+                    tokens,
+                    cache,
+                    position_ids=past_len + buffers.depths.to(self.device),
+                    attention_mask=self._tree_mask(buffers, past_len),
+                )
+
+                # --- accept a path, then keep only its K/V.
+                result = accept(
+                    acceptance,
+                    buffers,
+                    tokens,
+                    logits,
+                    params=sampling,
+                    typical=self.typical,
+                    generator=generator,
+                    draft_probs=draft.draft_probs if draft_probs_needed else None,
+                )
+                accepted = result.accepted
+                compact_to_path(cache, past_len, accepted)
+                emitted = result.emitted(tokens)
+                if observe:
+                    self.drafter.observe(hidden[accepted], past_len + torch.arange(len(accepted)))
+                tracker.observe_step(len(emitted), step_entropy)
+                features = step_features.as_row()
+
+            # --- the last accepted node feeds the next step; the last emitted token is its root.
+            last_logits, last_hidden = logits[accepted[-1]], hidden[accepted[-1]]
+            root = emitted[-1]
+            steps.append(
+                StepRecord(
+                    step=len(steps),
+                    method=method,
+                    tree_index=tree_index,
+                    tree_name=tree_name,
+                    nodes=nodes,
+                    accept_length=len(emitted),
+                    accepted=list(accepted),
+                    features=features,
+                    time_s=time.perf_counter() - step_started,
+                )
+            )
+            # --- stop at EOS (emitted, then stop) or at max_new_tokens (exactly).
+            for token in emitted:
+                generated.append(token)
+                if token in self.eos_ids:
+                    stop_reason = "eos"
+                    break
+                if len(generated) >= max_new_tokens:
+                    break
+
+        total_time = time.perf_counter() - started
+        generated = generated[:max_new_tokens]
+        return Generation(
+            token_ids=generated,
+            text=self.tokenizer.decode(generated, skip_special_tokens=True) if self.tokenizer is not None else "",
+            method=method,
+            prompt_tokens=len(prompt_ids),
+            steps=steps,
+            prefill_time_s=prefill_time,
+            total_time_s=total_time,
+            stop_reason=stop_reason,
+            tree_switches=state.switches if state is not None else 0,
+        )
