@@ -194,7 +194,6 @@ class ReferenceEngine:
         self.check_request(prompt_ids, max_new_tokens, method, acceptance)
         if generator is None and seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(seed)
-        draft_probs_needed = acceptance == "lossless" and not sampling.greedy
 
         started = time.perf_counter()
         # --- prefill: the prompt into the cache; its last position gives the first token.
@@ -241,7 +240,7 @@ class ReferenceEngine:
                 nodes = buffers.num_nodes
 
                 # --- draft the tree (tokens[0] is the root).
-                draft = draft_step.draft(buffers, want_probs=draft_probs_needed)
+                draft = draft_step.draft(buffers)
                 tokens = draft.tokens.to(self.device)
 
                 # --- verify every node in one forward pass.
@@ -252,7 +251,9 @@ class ReferenceEngine:
                     attention_mask=self._tree_mask(buffers, past_len),
                 )
 
-                # --- accept a path, then keep only its K/V.
+                # --- accept a path, then keep only its K/V. The heads pick their candidates
+                # deterministically (top-k), so lossless acceptance treats every draft as a
+                # point mass (draft_probs=None); passing the heads' softmax would bias it.
                 result = accept(
                     acceptance,
                     buffers,
@@ -261,7 +262,7 @@ class ReferenceEngine:
                     params=sampling,
                     typical=self.typical,
                     generator=generator,
-                    draft_probs=draft.draft_probs if draft_probs_needed else None,
+                    draft_probs=None,
                 )
                 accepted = result.accepted
                 compact_to_path(cache, past_len, accepted)

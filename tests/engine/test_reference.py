@@ -276,11 +276,24 @@ def test_random_heads_greedy_tree_equals_ar(tiny_model, make_drafter):
             assert static.token_ids == ar.token_ids
 
 
-def test_random_heads_lossless_sampling_uses_draft_probs(tiny_model):
+def test_lossless_treats_top_k_drafts_as_point_masses(tiny_model, monkeypatch):
+    """The heads pick candidates by top-k, not by sampling from their softmax: lossless
+    acceptance must get draft_probs=None (one-hot drafts), else its output is biased."""
+    import entmtp_vllm.engine.reference as reference
+
+    seen = []
+    real_accept = reference.accept
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("draft_probs"))
+        return real_accept(*args, **kwargs)
+
+    monkeypatch.setattr(reference, "accept", spy)
     drafter = _random_heads("hydra", tiny_model, num_heads=3)
     engine = ReferenceEngine(tiny_model, None, drafter, bank_of("full:2,2,1"))
     gen = engine.generate(PROMPTS[0], 15, sampling=SamplingParams(temperature=1.0), acceptance="lossless", seed=0)
     assert len(gen.token_ids) == 15
+    assert seen and all(probs is None for probs in seen)
 
 
 def test_heads_shallower_than_the_tree_are_rejected(tiny_model):
