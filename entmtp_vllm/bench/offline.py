@@ -1,7 +1,9 @@
 """Offline benchmark: methods (AR, static trees, banks with policies, Medusa) on prompt sets.
 
-For each method: one warm-up generation (excluded), then every prompt once; the timed
-region of a generation includes its prefill (the paper's protocol). Reported per method:
+Each method first runs one warm-up generation (excluded); then every prompt runs once per
+method, the methods taking turns prompt by prompt in a rotating order, so that background
+load drifting during the run weighs on all of them alike. The timed region of a
+generation includes its prefill (the paper's protocol). Reported per method:
 
 - tok/s = total generated tokens / total time,
 - rho = tok/s over AR's tok/s in the same run (AR is always run, first),
@@ -201,27 +203,34 @@ def run_offline(config: OfflineBenchConfig, progress: bool = True, log=print) ->
     for prompt, ids in zip(prompts, encoded):  # fail before any timing
         engines[config.methods[0].label].check_request(ids, config.max_tokens, "ar", config.acceptance)
 
-    methods_out: dict[str, Any] = {}
-    for method in config.methods:
-        engine = engines[method.label]
-        method_name = "ar" if method.kind == "ar" else "tree"
+    def generate(label: str, ids: list[int], index: int):
+        method = by_label[label]
+        return engines[label].generate(
+            ids,
+            config.max_tokens,
+            sampling=sampling,
+            acceptance=config.acceptance,
+            method="ar" if method.kind == "ar" else "tree",
+            seed=config.sampling_seed + index,
+        )
 
-        def generate(ids, index):
-            return engine.generate(
-                ids,
-                config.max_tokens,
-                sampling=sampling,
-                acceptance=config.acceptance,
-                method=method_name,
-                seed=config.sampling_seed + index,
-            )
+    by_label = {m.label: m for m in config.methods}
+    labels = [m.label for m in config.methods]
+    for label in labels:
+        generate(label, encoded[0], 0)  # warm-up, excluded from every number
 
-        generate(encoded[0], 0)  # warm-up, excluded from every number
-        rows = []
-        bar = tqdm(list(zip(prompts, encoded)), desc=method.label, unit="prompt", disable=not progress, leave=True)
-        for index, (prompt, ids) in enumerate(bar):
-            gen = generate(ids, index)
-            rows.append(
+    # Methods take turns prompt by prompt (the order rotates), so that load from other
+    # processes drifting over the run weighs on every method alike.
+    rows: dict[str, list[dict[str, Any]]] = {label: [] for label in labels}
+    bars = {
+        label: tqdm(total=len(prompts), desc=label, unit="prompt", position=i, disable=not progress, leave=True)
+        for i, label in enumerate(labels)
+    }
+    for index, (prompt, ids) in enumerate(zip(prompts, encoded)):
+        shift = index % len(labels)
+        for label in labels[shift:] + labels[:shift]:
+            gen = generate(label, ids, index)
+            rows[label].append(
                 {
                     "id": prompt.id,
                     "dataset": prompt.dataset,
@@ -240,8 +249,10 @@ def run_offline(config: OfflineBenchConfig, progress: bool = True, log=print) ->
                     "token_ids": gen.token_ids,
                 }
             )
+            bars[label].update()
+    for bar in bars.values():
         bar.close()
-        methods_out[method.label] = _summarise(method, rows)
+    methods_out = {label: _summarise(by_label[label], rows[label]) for label in labels}
 
     ar_tps = methods_out[config.methods[0].label]["tokens_per_second"]
     for summary in methods_out.values():

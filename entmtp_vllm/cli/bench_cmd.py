@@ -20,8 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "offline",
         help="reference engine on prompt sets: tok/s, speedup over AR, mean accept length",
         description="Run decoding methods with the reference engine over prompt sets. Per method: one "
-        "warm-up generation (excluded), then every prompt; timings include the prefill. AR always runs "
-        "first, as the speedup baseline.",
+        "warm-up generation (excluded), then every prompt, the methods taking turns prompt by prompt; "
+        "timings include the prefill. AR always runs, as the speedup baseline.",
     )
     offline.add_argument("--dataset", required=True, help="prompt set(s), comma-separated, e.g. mt_bench,gsm8k,humaneval")
     add_prompt_args(offline, n_default=10)
