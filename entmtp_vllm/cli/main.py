@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "entmtp_vllm.cli.train_cmd",
     "entmtp_vllm.cli.generate_cmd",
     "entmtp_vllm.cli.bench_cmd",
+    "entmtp_vllm.cli.serve_cmd",
 )
 
 

@@ -1,0 +1,353 @@
+"""`EntMTPCPUModelRunner`: tree verification inside vLLM's (V1) CPU model runner.
+
+Four overrides of `GPUModelRunner` (line numbers of vLLM 0.32.0, `v1/worker/gpu_model_runner.py`):
+
+- `_prepare_inputs` (:1920): after the stock one (slots stay index-based), match each request's
+  scheduled drafts against its pending proposal (`scheduled[:n] == proposed[:n]`; the first n
+  nodes of a tree in node order form a subtree), set positions = num_computed + depth, and
+  announce the tree rows to the attention backend.
+- `_sample` (:3437): per request, the core acceptance rule over its logits rows (greedy /
+  typical / lossless), then KV compaction of the accepted path to contiguous slots; returns
+  `[accepted drafts..., bonus]` rows padded with -1.
+- `propose_draft_token_ids` (:4748): hands the drafter the request ids, the hidden state at
+  each request's last accepted node and the verifier's p0 / entropy there.
+- `_update_states` (:1172): frees the drafter's state of finished / aborted / preempted requests.
+
+Drafts are read from `scheduler_output.scheduled_spec_decode_tokens`, never from `input_ids`
+(which clamps the scheduler's -1 placeholders to token 0). Requests without a usable draft
+(prefill, placeholders, a draft that is not ours) are sampled from their first row and accept
+nothing. Sampling supports temperature, top-k, top-p and per-request seeds; other sampler
+features (penalties, logit bias, bad words, min_tokens, min_p, logprobs) are not applied to
+EntMTP requests (a warning says so once). Requests with structured output get no drafts (the
+grammar checks drafts as one sequence); vLLM's bitmask still applies to their single row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from vllm.logger import init_logger
+from vllm.v1.outputs import SamplerOutput
+from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+
+from entmtp_vllm.acceptance import accept
+from entmtp_vllm.config import SamplingParams
+from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.features import entropy as entropy_of
+from entmtp_vllm.sampling import processed_probs, sample
+from entmtp_vllm.topology import TreeBuffers
+from entmtp_vllm.vllm_plugin.attention import TreeStep, compact_kv_cpu, set_tree_step
+from entmtp_vllm.vllm_plugin.proposer import DraftRequest, EntMTPProposer
+
+logger = init_logger(__name__)
+
+_SAMPLING_EPS = 1e-5  # vLLM's threshold below which a temperature means greedy
+
+
+@dataclass
+class Verification:
+    """One request's tree to verify this step."""
+
+    buffers: TreeBuffers
+    tokens: torch.Tensor
+    """long[N]: root + the scheduled drafts."""
+    chain: bool
+    capture_start: int
+    """Where this request's rows start in `TreeStep.capture_rows` (-1: not captured)."""
+
+
+@dataclass
+class StepPlan:
+    """What `_prepare_inputs` learnt, for `_sample` and drafting of the same step."""
+
+    num_reqs: int
+    starts: np.ndarray
+    """int64[num_reqs + 1]: each request's first token row."""
+    trees: list[Verification | None]
+    params: list[SamplingParams]
+    slots: torch.Tensor
+    """long[num_tokens]: this step's slot of each token row (index-based)."""
+    tree_step: TreeStep | None
+    outcomes: list[tuple[int, float, float, int | None] | None] | None = None
+    """Per request after verification: (token row of the last accepted node, p0, entropy,
+    accept length of a tree step or None)."""
+
+
+def _core_params(sampling_params) -> SamplingParams:
+    """vLLM's per-request sampling parameters as the core's (temperature, top-k, top-p)."""
+    if sampling_params is None or sampling_params.temperature < _SAMPLING_EPS:
+        return SamplingParams()
+    top_k = sampling_params.top_k if sampling_params.top_k and sampling_params.top_k > 0 else 0
+    return SamplingParams(
+        temperature=float(sampling_params.temperature), top_k=int(top_k), top_p=float(sampling_params.top_p)
+    )
+
+
+def _unsupported(sampling_params) -> list[str]:
+    if sampling_params is None:
+        return []
+    found = []
+    if sampling_params.presence_penalty or sampling_params.frequency_penalty:
+        found.append("presence/frequency penalties")
+    if sampling_params.repetition_penalty not in (None, 1.0):
+        found.append("repetition_penalty")
+    if sampling_params.min_p:
+        found.append("min_p")
+    if sampling_params.min_tokens:
+        found.append("min_tokens")
+    if sampling_params.logit_bias or sampling_params.allowed_token_ids or sampling_params.bad_words:
+        found.append("logit_bias/allowed_token_ids/bad_words")
+    if sampling_params.logprobs is not None:
+        found.append("logprobs")
+    return found
+
+
+class EntMTPCPUModelRunner(CPUModelRunner):
+    """vLLM's CPU model runner with tree verification for the EntMTP proposer."""
+
+    def __init__(self, vllm_config, device) -> None:
+        super().__init__(vllm_config, device)
+        drafter = getattr(self, "drafter", None)
+        self._entmtp: EntMTPProposer | None = drafter if isinstance(drafter, EntMTPProposer) else None
+        if self._entmtp is not None:
+            if self.uses_mrope:
+                raise EntMTPError("EntMTP does not support M-RoPE models yet (tree positions would need mrope_positions)")
+            self._entmtp.runner_attached = True
+        self._entmtp_plan: StepPlan | None = None
+        self._entmtp_warned: set[str] = set()
+
+    # ------------------------------------------------------------------ request lifetime
+
+    def _update_states(self, scheduler_output):
+        result = super()._update_states(scheduler_output)
+        if self._entmtp is not None:
+            gone = set(scheduler_output.finished_req_ids)
+            gone |= set(getattr(scheduler_output, "preempted_req_ids", None) or ())
+            if gone:
+                self._entmtp.drop(gone)
+        return result
+
+    # ------------------------------------------------------------------ inputs
+
+    def _prepare_inputs(self, scheduler_output, num_scheduled_tokens):
+        result = super()._prepare_inputs(scheduler_output, num_scheduled_tokens)
+        if self._entmtp is not None:
+            self._entmtp_plan = self._plan_step(scheduler_output, num_scheduled_tokens)
+            set_tree_step(self._entmtp_plan.tree_step)
+        return result
+
+    def _plan_step(self, scheduler_output, num_scheduled_tokens: np.ndarray) -> StepPlan:
+        drafter = self._entmtp
+        assert drafter is not None
+        batch = self.input_batch
+        num_reqs = batch.num_reqs
+        starts = np.zeros(num_reqs + 1, dtype=np.int64)
+        np.cumsum(num_scheduled_tokens[:num_reqs], out=starts[1:])
+        trees: list[Verification | None] = [None] * num_reqs
+        params: list[SamplingParams] = []
+        for i, req_id in enumerate(batch.req_ids[:num_reqs]):
+            sampling_params = self.requests[req_id].sampling_params
+            params.append(_core_params(sampling_params))
+            for feature in _unsupported(sampling_params):
+                if feature not in self._entmtp_warned:
+                    self._entmtp_warned.add(feature)
+                    logger.warning("EntMTP does not apply %s; requests using it are sampled without it", feature)
+
+        scheduled = scheduler_output.scheduled_spec_decode_tokens
+        for req_id in scheduler_output.num_scheduled_tokens:
+            proposal = drafter.take_proposal(req_id)
+            drafts = scheduled.get(req_id)
+            if proposal is None or not drafts:
+                continue
+            i = batch.req_id_to_index[req_id]
+            n = len(drafts)
+            if int(num_scheduled_tokens[i]) != n + 1 or list(drafts) != proposal.drafts[:n]:
+                continue  # placeholders (-1), or drafts that are not this proposal's
+            buffers, chain = drafter.subtree(proposal.tree_index, n + 1)
+            trees[i] = Verification(buffers, proposal.tokens[: n + 1], chain, -1)
+            if not chain:
+                start = int(starts[i])
+                base = int(batch.num_computed_tokens_cpu[i])
+                self.positions[start : start + n + 1] = base + buffers.depths.to(self.positions.dtype)
+
+        if len(self.kv_cache_config.kv_cache_groups) != 1:
+            raise EntMTPError("EntMTP supports models with one KV cache group (plain decoder attention) only")
+        total = int(starts[-1])
+        slots = self.input_batch.block_table[0].slot_mapping.gpu[:total].to(torch.long).clone()
+        return StepPlan(num_reqs, starts, trees, params, slots, self._tree_step(trees, starts))
+
+    def _tree_step(self, trees: list[Verification | None], starts: np.ndarray) -> TreeStep | None:
+        """The attention backend's view of this step's non-chain trees (None: there are none)."""
+        rows = [i for i, tree in enumerate(trees) if tree is not None and not tree.chain]
+        if not rows:
+            return None
+        sizes = [trees[i].buffers.num_nodes for i in rows]
+        nmax = max(sizes)
+        token_rows = torch.zeros(len(rows), nmax, dtype=torch.long)
+        valid = torch.zeros(len(rows), nmax, dtype=torch.bool)
+        mask = torch.eye(nmax, dtype=torch.bool).repeat(len(rows), 1, 1)
+        capture = []
+        for r, (i, n) in enumerate(zip(rows, sizes)):
+            start = int(starts[i])
+            token_rows[r] = start
+            token_rows[r, :n] = torch.arange(start, start + n)
+            valid[r, :n] = True
+            mask[r, :n, :n] = trees[i].buffers.attention_mask
+            trees[i].capture_start = len(capture)
+            capture.extend(range(start, start + n))
+        compaction = not self._entmtp.settings.debug_disable_compaction
+        return TreeStep(
+            batch_rows=torch.tensor(rows, dtype=torch.long),
+            token_rows=token_rows,
+            node_valid=valid,
+            tree_mask=mask,
+            num_nodes=torch.tensor(sizes, dtype=torch.long),
+            capture_rows=torch.tensor(capture, dtype=torch.long) if compaction else None,
+        )
+
+    # ------------------------------------------------------------------ verification
+
+    def _sample(self, logits, spec_decode_metadata):
+        plan = self._entmtp_plan
+        if plan is None or spec_decode_metadata is None:
+            set_tree_step(None)
+            return super()._sample(logits, spec_decode_metadata)
+        try:
+            return self._verify(plan, logits, spec_decode_metadata)
+        finally:
+            set_tree_step(None)
+
+    def _verify(self, plan: StepPlan, logits: torch.Tensor, metadata) -> SamplerOutput:
+        drafter = self._entmtp
+        assert drafter is not None
+        mode = drafter.settings.acceptance
+        typical = drafter.settings.typical
+        batch = self.input_batch
+        num_drafts = metadata.num_draft_tokens
+        ends = metadata.cu_num_sampled_tokens.tolist()
+        emitted_rows: list[list[int]] = []
+        last_rows: list[int] = []  # logits row of each request's last accepted node
+        token_rows: list[int] = []
+        accept_lengths: list[int | None] = []
+        sources: list[int] = []
+        destinations: list[int] = []
+        for i in range(plan.num_reqs):
+            hi = ends[i]
+            lo = hi - num_drafts[i] - 1
+            rows = logits[lo:hi]
+            params = plan.params[i]
+            generator = self.requests[batch.req_ids[i]].generator
+            tree = plan.trees[i]
+            if tree is None:
+                accepted = [0]
+                emitted = [self._pick(rows[0], params, generator)]
+                accept_lengths.append(None)
+            else:
+                result = accept(
+                    mode if not params.greedy else "greedy",
+                    tree.buffers,
+                    tree.tokens,
+                    rows,
+                    params=params,
+                    typical=typical,
+                    generator=generator,
+                )
+                accepted = result.accepted
+                emitted = result.emitted(tree.tokens)
+                accept_lengths.append(len(emitted))
+                moves = [(j, node) for j, node in enumerate(accepted) if node != j]
+                drafter.record_verification(tree.buffers.num_nodes - 1, len(accepted) - 1, len(moves))
+                start = int(plan.starts[i])
+                for j, node in moves:  # a chain never moves: only non-chain trees were captured
+                    sources.append(tree.capture_start + node)
+                    destinations.append(int(plan.slots[start + j]))
+            emitted_rows.append(emitted)
+            last_rows.append(lo + accepted[-1])
+            # The logits rows are the request's last num_drafts + 1 scheduled tokens (a prefill
+            # chunk has one row: its last token).
+            token_rows.append(int(plan.starts[i + 1]) - num_drafts[i] - 1 + accepted[-1])
+
+        step = plan.tree_step
+        if step is not None and step.capture_rows is not None and sources:
+            compact_kv_cpu(step, torch.tensor(sources, dtype=torch.long), torch.tensor(destinations, dtype=torch.long))
+
+        probs = torch.softmax(logits[last_rows].float(), dim=-1)
+        p0 = probs.max(dim=-1).values.tolist()
+        entropies = entropy_of(probs).tolist()
+        plan.outcomes = [
+            (token_rows[i], p0[i], entropies[i], accept_lengths[i]) for i in range(plan.num_reqs)
+        ]
+
+        width = max(len(row) for row in emitted_rows)
+        sampled = torch.full((plan.num_reqs, width), -1, dtype=torch.int32)
+        for i, row in enumerate(emitted_rows):
+            sampled[i, : len(row)] = torch.tensor(row, dtype=torch.int32)
+        return SamplerOutput(sampled_token_ids=sampled, logprobs_tensors=None)
+
+    @staticmethod
+    def _pick(row: torch.Tensor, params: SamplingParams, generator) -> int:
+        if params.greedy:
+            return int(row.argmax())
+        return sample(processed_probs(row, params), generator)
+
+    # ------------------------------------------------------------------ drafting
+
+    def propose_draft_token_ids(
+        self,
+        scheduler_output,
+        sampled_token_ids,
+        sampling_metadata,
+        hidden_states,
+        sample_hidden_states,
+        aux_hidden_states,
+        spec_decode_metadata,
+        common_attn_metadata,
+        slot_mappings,
+    ):
+        drafter = self._entmtp
+        plan = self._entmtp_plan
+        if drafter is None:
+            return super().propose_draft_token_ids(
+                scheduler_output, sampled_token_ids, sampling_metadata, hidden_states,
+                sample_hidden_states, aux_hidden_states, spec_decode_metadata,
+                common_attn_metadata, slot_mappings,
+            )
+        self._entmtp_plan = None
+        req_ids = self.input_batch.req_ids
+        if plan is None or plan.outcomes is None:
+            return [[] for _ in req_ids]
+        requests: list[DraftRequest | None] = []
+        for i, req_id in enumerate(req_ids):
+            sampled = sampled_token_ids[i] if i < len(sampled_token_ids) else None
+            if not sampled or i >= plan.num_reqs:
+                requests.append(None)
+                continue
+            sampling_params = self.requests[req_id].sampling_params
+            if sampling_params is not None and sampling_params.structured_outputs is not None:
+                # Grammars validate drafts as one sequence: such requests decode without drafts.
+                requests.append(None)
+                continue
+            token_row, p0, entropy, accept_length = plan.outcomes[i]
+            requests.append(
+                DraftRequest(
+                    req_id=req_id,
+                    hidden=hidden_states[token_row],
+                    root=int(sampled[-1]),
+                    p0=p0,
+                    entropy=entropy,
+                    accept_length=accept_length,
+                )
+            )
+        return drafter.propose_trees(requests, batch_size=len(req_ids))
+
+    # ------------------------------------------------------------------ introspection
+
+    def entmtp_stats(self) -> dict | None:
+        if self._entmtp is None:
+            return None
+        stats = self._entmtp.stats.as_dict()
+        stats["live_requests"] = self._entmtp.num_live_requests
+        return stats

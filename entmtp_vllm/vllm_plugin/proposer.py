@@ -1,0 +1,277 @@
+"""`EntMTPProposer`: the drafter vLLM builds for `--speculative-config '{"model": "entmtp_vllm.EntMTP"}'`.
+
+vLLM constructs it as `custom_class` (`EntMTPProposer(vllm_config)`) inside the model runner and
+calls `load_model(target_model)`. The EntMTP model runner (`model_runner.py`) then drives it,
+once per step, with what vLLM's `propose()` does not pass: each request's id, the target's last
+hidden state at its last accepted node, the root token, and the verifier's p0 / entropy there.
+Per request it keeps a policy state and a feature tracker (created on first sight, freed when the
+request finishes, is aborted or preempted), asks the policy for this step's tree, drafts the tree
+with the core `TreeDrafter`, and returns the drafted tokens in bank node order (the root left
+out, variable lengths). The proposal (tree index, tokens) stays in a side channel keyed by
+request id until the runner verifies it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.features import FeatureTracker
+from entmtp_vllm.policies import PolicyState
+from entmtp_vllm.topology import TreeBuffers, build_tree_buffers
+from entmtp_vllm.tree import Tree
+from entmtp_vllm.vllm_plugin import metrics
+from entmtp_vllm.vllm_plugin.config import PROPOSER_CLASS, EntMTPConfig, config_from_vllm, heads_folder, resolve
+
+WORKER_HINT = (
+    "EntMTP needs its model runner: start vLLM with "
+    "--worker-cls entmtp_vllm.vllm_plugin.worker.EntMTPCPUWorker (the plugin sets it automatically "
+    "when --worker-cls is left at auto; a custom worker class disables that)"
+)
+
+
+@dataclass
+class Proposal:
+    """A drafted tree waiting for verification."""
+
+    tree_index: int
+    """Bank index of the tree."""
+    tokens: torch.Tensor
+    """long[N] (CPU): the token of each node in bank node order; tokens[0] is the root."""
+    drafts: list[int]
+    """tokens[1:] as a list: what was handed to the scheduler."""
+
+
+@dataclass
+class DraftRequest:
+    """One request's input to drafting, from the step the runner just verified."""
+
+    req_id: str
+    hidden: torch.Tensor
+    """The target's last hidden state (after the final norm) at the last accepted node."""
+    root: int
+    """The token emitted last (the bonus token): the root of the next tree."""
+    p0: float
+    """The target's top-1 probability at the last accepted node."""
+    entropy: float
+    """Entropy (nats) of the target's distribution there."""
+    accept_length: int | None
+    """Tokens emitted by the tree step just verified; None when it had no tree (prefill, or
+    no usable draft)."""
+
+
+@dataclass
+class RequestState:
+    policy: PolicyState
+    tracker: FeatureTracker = field(default_factory=FeatureTracker)
+    entropy_at_proposal: float | None = None
+
+
+@dataclass
+class ProposerStats:
+    """Counters since the engine started (read them with `collective_rpc("entmtp_stats")`)."""
+
+    steps: int = 0
+    """Trees drafted (one per request per step)."""
+    tree_usage: dict[str, int] = field(default_factory=dict)
+    """Trees drafted, by bank tree name."""
+    switches: int = 0
+    """Steps whose policy choice differed from the request's previous tree."""
+    fallback_steps: int = 0
+    """Steps that drafted the batch-fallback tree instead of the policy's choice."""
+    verified: int = 0
+    """Tree steps verified."""
+    drafted_nodes: int = 0
+    """Draft nodes verified (the root left out)."""
+    accepted_tokens: int = 0
+    """Draft tokens accepted (the bonus tokens left out)."""
+    compaction_moves: int = 0
+    """K/V rows that had to move after verification (accepted paths through a later sibling)."""
+    mixed_steps: int = 0
+    """Engine steps whose batch drafted more than one distinct tree."""
+    requests_seen: int = 0
+    """Requests that got a state."""
+    requests_freed: int = 0
+    """States freed (finished, aborted or preempted requests)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "tree_usage": dict(self.tree_usage),
+            "switches": self.switches,
+            "fallback_steps": self.fallback_steps,
+            "verified": self.verified,
+            "drafted_nodes": self.drafted_nodes,
+            "accepted_tokens": self.accepted_tokens,
+            "compaction_moves": self.compaction_moves,
+            "mixed_steps": self.mixed_steps,
+            "requests_seen": self.requests_seen,
+            "requests_freed": self.requests_freed,
+        }
+
+
+def _vocab_weights(model: torch.nn.Module, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input embedding, LM head) weights of a vLLM decoder, cut to the real vocabulary."""
+    inner = getattr(model, "model", None)
+    embed = getattr(inner, "embed_tokens", None)
+    lm_head = getattr(model, "lm_head", None)
+    if embed is None or lm_head is None or not hasattr(lm_head, "weight"):
+        raise EntMTPError(
+            f"EntMTP heads need the target's embedding and LM head (model.embed_tokens, lm_head); "
+            f"{type(model).__name__} does not expose them"
+        )
+    return embed.weight[:vocab_size], lm_head.weight[:vocab_size]
+
+
+class EntMTPProposer:
+    """Tree drafter for vLLM: Hydra heads + a per-request tree policy over a TopologyBank."""
+
+    def __init__(self, vllm_config: Any) -> None:
+        spec = vllm_config.speculative_config
+        self.settings: EntMTPConfig = config_from_vllm(vllm_config)
+        self.num_speculative_tokens: int = spec.num_speculative_tokens
+        resolved = resolve(self.settings, self.num_speculative_tokens)
+        self.bank = resolved.bank
+        self.policy = resolved.policy
+        self.fallback_tree = resolved.fallback_tree
+        self.fallback_max_batch = resolved.fallback_max_batch
+        self.model_config = vllm_config.model_config
+        self.device = torch.device("cpu")
+        self.drafter = None
+        self.runner_attached = False
+        """Set by the EntMTP model runner; without it vLLM would call `propose()` blindly."""
+        self.stats = ProposerStats()
+        self._requests: dict[str, RequestState] = {}
+        self._proposals: dict[str, Proposal] = {}
+        self._subtrees: dict[tuple[int, int], tuple[TreeBuffers, bool]] = {}
+
+    # ------------------------------------------------------------------ vLLM's interface
+
+    def load_model(self, target_model: torch.nn.Module) -> None:
+        """Load the heads and bind them to the target's embedding and LM head."""
+        if not self.runner_attached:
+            raise EntMTPError(WORKER_HINT)
+        from entmtp_vllm.heads.checkpoint import load_heads
+        from entmtp_vllm.heads.drafting import TreeDrafter
+
+        folder = heads_folder(self.settings)
+        hf_config = self.model_config.hf_text_config
+        heads = load_heads(folder, hf_config)
+        if getattr(heads, "prefix", None) is not None:
+            raise EntMTPError(
+                f"{folder} holds Hydra++ heads (a prefix layer with its own per-sequence cache); the vLLM "
+                "plugin does not support them yet: use heads without a prefix layer"
+            )
+        num_heads = getattr(heads, "num_heads", None)
+        if isinstance(num_heads, int) and self.bank.max_depth > num_heads:
+            raise EntMTPError(
+                f"the trees need {self.bank.max_depth} heads but {folder} has {num_heads}; "
+                "use shallower trees or other heads"
+            )
+        embed, lm_head = _vocab_weights(target_model, self.model_config.get_vocab_size())
+        self.device = embed.device
+        heads = heads.to(device=embed.device, dtype=embed.dtype).eval()
+        self.drafter = TreeDrafter(heads, embed, lm_head)
+
+    def propose(self, *args: Any, **kwargs: Any) -> list[list[int]]:
+        """vLLM's generic entry point: only reached when the EntMTP runner is missing."""
+        raise EntMTPError(WORKER_HINT)
+
+    # ------------------------------------------------------------------ the runner's interface
+
+    def take_proposal(self, req_id: str) -> Proposal | None:
+        """The request's pending proposal, removed from the side channel."""
+        return self._proposals.pop(req_id, None)
+
+    def subtree(self, tree_index: int, num_nodes: int) -> tuple[TreeBuffers, bool]:
+        """Buffers of the first `num_nodes` nodes of a bank tree (a prefix in node order is a
+        valid subtree), and whether that subtree is a chain."""
+        key = (tree_index, num_nodes)
+        found = self._subtrees.get(key)
+        if found is None:
+            full = self.bank.buffers(tree_index, "cpu")
+            if num_nodes == full.num_nodes:
+                buffers = full
+            else:
+                paths = self.bank.tree(tree_index).paths[: num_nodes - 1]
+                buffers = build_tree_buffers(Tree.from_choices(paths), "cpu")
+            chain = bool((buffers.parents[1:] == torch.arange(num_nodes - 1)).all())
+            found = self._subtrees[key] = (buffers, chain)
+        return found
+
+    def record_verification(self, drafted_nodes: int, accepted_tokens: int, moves: int) -> None:
+        self.stats.verified += 1
+        self.stats.drafted_nodes += drafted_nodes
+        self.stats.accepted_tokens += accepted_tokens
+        self.stats.compaction_moves += moves
+        metrics.count("drafted_nodes", drafted_nodes)
+        metrics.count("accepted_tokens", accepted_tokens)
+        metrics.count("compaction_moves", moves)
+
+    @torch.inference_mode()
+    def propose_trees(self, requests: list[DraftRequest | None], batch_size: int) -> list[list[int]]:
+        """Draft one tree per request (None: no draft for that row); drafts in bank node order."""
+        if self.drafter is None:
+            raise EntMTPError("EntMTP: propose_trees called before load_model")
+        use_fallback = self.fallback_max_batch is not None and batch_size > self.fallback_max_batch
+        depth = self.bank.max_depth
+        drafts: list[list[int]] = []
+        chosen: set[int] = set()
+        for request in requests:
+            if request is None:
+                drafts.append([])
+                continue
+            state = self._state(request.req_id)
+            if request.accept_length is not None and state.entropy_at_proposal is not None:
+                state.tracker.observe_step(request.accept_length, state.entropy_at_proposal)
+            step = self.drafter.begin(request.hidden.to(self.device), request.root)
+            head_top1 = step.greedy_chain(depth)
+            features = state.tracker.features(request.p0, head_top1, request.entropy)
+            switches = state.policy.switches
+            index = self.policy.choose(state.policy, features)
+            self.stats.switches += state.policy.switches - switches
+            metrics.count("switches", state.policy.switches - switches)
+            if use_fallback and self.fallback_tree is not None:
+                index = self.fallback_tree
+                self.stats.fallback_steps += 1
+                metrics.count("fallback_steps")
+            chosen.add(index)
+            buffers = self.bank.buffers(index, self.device)
+            # Top-k drafting is deterministic: the lossless rule then needs no draft
+            # distributions (q is the one-hot on each drafted token).
+            tokens = step.draft(buffers).tokens.to("cpu", torch.long)
+            proposal = Proposal(index, tokens, tokens[1:].tolist())
+            self._proposals[request.req_id] = proposal
+            state.entropy_at_proposal = request.entropy
+            name = self.bank.names[index]
+            self.stats.tree_usage[name] = self.stats.tree_usage.get(name, 0) + 1
+            metrics.count("tree_steps", tree=name)
+            self.stats.steps += 1
+            drafts.append(proposal.drafts)
+        if len(chosen) > 1:
+            self.stats.mixed_steps += 1
+        return drafts
+
+    def drop(self, req_ids: set[str] | list[str]) -> None:
+        """Free the state of finished, aborted or preempted requests."""
+        for req_id in req_ids:
+            self._proposals.pop(req_id, None)
+            if self._requests.pop(req_id, None) is not None:
+                self.stats.requests_freed += 1
+
+    @property
+    def num_live_requests(self) -> int:
+        return len(self._requests)
+
+    def _state(self, req_id: str) -> RequestState:
+        state = self._requests.get(req_id)
+        if state is None:
+            state = self._requests[req_id] = RequestState(policy=self.policy.new_state())
+            self.stats.requests_seen += 1
+        return state
+
+
+__all__ = ["EntMTPProposer", "DraftRequest", "Proposal", "PROPOSER_CLASS"]

@@ -1,0 +1,34 @@
+"""vLLM greedy generation without speculation, run as a subprocess by the tests (`_vllm_engine.run_reference`).
+
+    python _reference.py JOB.json OUT.json
+
+JOB.json: {"model", "prompts", "max_tokens", "temperature"?, "seeds"?}; OUT.json: the generated
+token ids per prompt (greedy, or sampled with one seed per prompt).
+Same engine settings as the EntMTP engines of the tests (_vllm_engine.engine_kwargs).
+"""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+
+
+def main() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _vllm_engine import engine_kwargs, generate_ids, sampling_params  # noqa: E402
+    from vllm import LLM
+
+    job = json.loads(Path(sys.argv[1]).read_text())
+    llm = LLM(**engine_kwargs(job["model"]))
+    params = sampling_params(job["max_tokens"], job.get("temperature", 0.0), job.get("seeds"))
+    ids = generate_ids(llm, job["prompts"], params)
+    tmp = Path(sys.argv[2] + ".tmp")
+    tmp.write_text(json.dumps(ids))
+    tmp.rename(sys.argv[2])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""`EntMTPProposer` without vLLM: per-request state, policy choice, fallback, side channel.
+
+A fake `vllm_config` and tiny random Hydra heads (hidden 16, vocabulary 40) drive the real
+core `TreeDrafter`; nothing here imports vLLM.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.heads.drafting import TreeDrafter
+from entmtp_vllm.heads.hydra import HydraHeads
+from entmtp_vllm.vllm_plugin.proposer import DraftRequest, EntMTPProposer
+
+HIDDEN, VOCAB = 16, 40
+
+
+def _proposer(settings: dict, num_spec: int = 6) -> EntMTPProposer:
+    config = SimpleNamespace(
+        speculative_config=SimpleNamespace(num_speculative_tokens=num_spec),
+        additional_config={"entmtp": settings},
+        model_config=None,
+    )
+    proposer = EntMTPProposer(config)
+    torch.manual_seed(0)
+    heads = HydraHeads(HIDDEN, VOCAB, num_heads=3)
+    with torch.no_grad():
+        for parameter in heads.parameters():
+            parameter.normal_(0.0, 0.5)
+    proposer.drafter = TreeDrafter(heads, torch.randn(VOCAB, HIDDEN), torch.randn(VOCAB, HIDDEN))
+    return proposer
+
+
+def _request(req_id: str, p0: float = 0.5, accept_length: int | None = None) -> DraftRequest:
+    return DraftRequest(req_id, torch.randn(HIDDEN), root=3, p0=p0, entropy=1.0, accept_length=accept_length)
+
+
+def test_drafts_follow_bank_node_order_and_wait_in_the_side_channel():
+    proposer = _proposer({"bank": "full:2,1,1"})
+    drafts = proposer.propose_trees([_request("a"), None, _request("b")], batch_size=3)
+    assert [len(d) for d in drafts] == [6, 0, 6]
+    proposal = proposer.take_proposal("a")
+    assert proposal.drafts == drafts[0] and int(proposal.tokens[0]) == 3
+    assert proposer.take_proposal("a") is None  # taken once
+    assert proposer.num_live_requests == 2
+    proposer.drop(["a", "b"])
+    assert proposer.num_live_requests == 0 and proposer.take_proposal("b") is None
+    assert proposer.stats.requests_freed == 2
+
+
+def test_subtree_of_a_truncated_draft():
+    proposer = _proposer({"bank": "full:2,1,1"})
+    buffers, chain = proposer.subtree(0, 3)  # root + the two depth-1 siblings
+    assert buffers.num_nodes == 3 and not chain
+    assert buffers.parents.tolist() == [-1, 0, 0]
+    _, chain = proposer.subtree(0, 2)
+    assert chain
+    full, _ = proposer.subtree(0, 7)
+    assert full is proposer.bank.buffers(0, "cpu")
+
+
+def test_hysteresis_switches_and_mixes_trees_in_one_batch(tmp_path):
+    bank = tmp_path / "bank.json"
+    bank.write_text('{"small": [[0]], "wide": [[0], [1], [0, 0]]}')
+    proposer = _proposer(
+        {"bank": str(bank), "policy": {"kind": "hysteresis", "conservative": "small", "aggressive": "wide",
+                                       "tau_on": 0.8, "tau_off": 0.4}}
+    )
+    # s >= p0: a confident request goes wide, an unsure one stays small, in the same step.
+    drafts = proposer.propose_trees([_request("sure", p0=0.95), _request("unsure", p0=0.1)], batch_size=2)
+    assert [len(d) for d in drafts] == [3, 1]
+    assert proposer.stats.switches == 1 and proposer.stats.mixed_steps == 1
+    proposer.propose_trees([_request("sure", p0=0.3, accept_length=2)], batch_size=1)
+    assert proposer.stats.switches == 2
+    assert proposer.stats.tree_usage == {"wide": 1, "small": 2}
+
+
+def test_batch_fallback_above_max_batch():
+    proposer = _proposer({"bank": "full:2,1,1", "batch_fallback": {"max_batch": 1, "tree": 0}})
+    proposer.propose_trees([_request("a"), _request("b")], batch_size=2)
+    assert proposer.stats.fallback_steps == 2
+    proposer.propose_trees([_request("a")], batch_size=1)
+    assert proposer.stats.fallback_steps == 2
+
+
+def test_without_the_entmtp_runner_the_error_names_the_worker():
+    proposer = _proposer({"bank": "full:2,1,1"})
+    with pytest.raises(EntMTPError, match="--worker-cls entmtp_vllm.vllm_plugin.worker.EntMTPCPUWorker"):
+        proposer.propose([[1]], None, None)
+    proposer.drafter = None
+    with pytest.raises(EntMTPError, match="worker-cls"):
+        proposer.load_model(torch.nn.Linear(1, 1))
