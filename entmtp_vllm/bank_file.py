@@ -32,7 +32,7 @@ BANK_FORMAT = "entmtp-bank"
 BANK_VERSION = 1
 
 # Prefixes of the generated shapes `Tree.from_spec` accepts.
-_SPEC_PREFIXES = ("chain:", "full:")
+_SPEC_PREFIXES = ("chain:", "full:", "lookup:")
 
 
 class _Model(BaseModel):

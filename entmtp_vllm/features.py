@@ -96,6 +96,26 @@ class StepFeatures:
         return row
 
 
+LOOKUP_FEATURES = ("lookup_match", "lookup_tokens", "lookup_accept_rate")
+"""Extra features of steps with a prompt-lookup proposal (see `entmtp_vllm.lookup.LookupStats`);
+0 when the bank has no hybrid tree."""
+
+POLICY_FEATURES = (
+    "path_value", "p0", "entropy", "recent_accept_mean", "recent_accept_min", "recent_accept_max",
+    "last_accept_length", *LOOKUP_FEATURES,
+)
+"""The scalar features a policy may threshold (`feature` in ladder and hysteresis configs)."""
+
+
+def feature_value(features: StepFeatures, name: str) -> float:
+    """The scalar feature `name` of a step (a lookup feature absent this step reads 0)."""
+    if name in features.extra:
+        return float(features.extra[name])
+    if name in LOOKUP_FEATURES:
+        return 0.0
+    return float(getattr(features, name))
+
+
 class FeatureTracker:
     """Per-request history: entropy EMAs and the recent accept lengths."""
 

@@ -10,6 +10,10 @@ comparison per step.
   below s (s equal to an edge goes to the lower bin); bin k uses trees[k].
 - hysteresis: starts on `conservative`; switches to `aggressive` when s > tau_on and
   back when s <= tau_off (tau_off <= tau_on); inside (tau_off, tau_on] it stays.
+
+Ladder and hysteresis threshold `feature` (default `path_value`, the paper's s); any name
+in `features.POLICY_FEATURES` may be used instead, e.g. `lookup_match` (the length of the
+prompt-lookup match) to switch to a long lookup chain when the output loops.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from pydantic import (
 )
 
 from entmtp_vllm.errors import EntMTPError
-from entmtp_vllm.features import StepFeatures
+from entmtp_vllm.features import POLICY_FEATURES, StepFeatures, feature_value
 
 
 def _tree_ref(value: object) -> int | str:
@@ -50,8 +54,19 @@ FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 
 POLICY_FORMS = (
     "static:TREE, ladder:E1,...,En:T0,...,Tn (n edges, n+1 trees), "
-    "hysteresis:TAU_ON[,TAU_OFF]:CONSERVATIVE,AGGRESSIVE (a tree is a bank name or an index)"
+    "hysteresis:TAU_ON[,TAU_OFF]:CONSERVATIVE,AGGRESSIVE (a tree is a bank name or an index); "
+    "ladder@FEATURE:... and hysteresis@FEATURE:... threshold FEATURE instead of path_value"
 )
+
+
+def _known_feature(name: str) -> str:
+    if name not in POLICY_FEATURES:
+        raise ValueError(f"unknown feature {name!r}; known: {', '.join(POLICY_FEATURES)}")
+    return name
+
+
+FeatureName = Annotated[str, PlainValidator(_known_feature)]
+"""A scalar step feature a policy thresholds (see `features.POLICY_FEATURES`)."""
 
 
 class _PolicyModel(BaseModel):
@@ -79,6 +94,9 @@ class LadderPolicyConfig(_PolicyModel):
 
     trees: list[TreeRef]
     """One tree per bin, lowest s first: exactly len(edges) + 1 trees."""
+
+    feature: FeatureName = "path_value"
+    """The feature s that the edges cut (default the path value)."""
 
     @field_validator("edges")
     @classmethod
@@ -114,6 +132,9 @@ class HysteresisPolicyConfig(_PolicyModel):
     tau_off: FiniteFloat
     """Switch back when s <= tau_off; at most tau_on. When omitted (or None) it is tau_on:
     a single threshold, the paper's default."""
+
+    feature: FeatureName = "path_value"
+    """The feature s compared with the thresholds (default the path value)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -168,9 +189,10 @@ class PolicyState:
 class Policy(ABC):
     """Chooses a bank index per step; per-request state lives in a `PolicyState`."""
 
-    def __init__(self, num_trees: int, initial: int) -> None:
+    def __init__(self, num_trees: int, initial: int, feature: str = "path_value") -> None:
         self.num_trees = num_trees
         self.initial = initial
+        self.feature = feature
 
     def new_state(self) -> PolicyState:
         """A fresh state for a new request, on the initial tree."""
@@ -178,7 +200,8 @@ class Policy(ABC):
 
     def choose(self, state: PolicyState, features: StepFeatures) -> int:
         """The bank index for the next step; updates the state's tree and counters."""
-        chosen = self._next(state.tree, features.path_value)
+        s = features.path_value if self.feature == "path_value" else feature_value(features, self.feature)
+        chosen = self._next(state.tree, s)
         if chosen != state.tree:
             state.switches += 1
         state.tree = chosen
@@ -205,8 +228,8 @@ class StaticPolicy(Policy):
 class LadderPolicy(Policy):
     """trees[number of edges strictly below s]; starts on the lowest bin's tree."""
 
-    def __init__(self, num_trees: int, edges: list[float], trees: list[int]) -> None:
-        super().__init__(num_trees, trees[0])
+    def __init__(self, num_trees: int, edges: list[float], trees: list[int], feature: str = "path_value") -> None:
+        super().__init__(num_trees, trees[0], feature)
         self.edges = edges
         self.trees = trees
 
@@ -217,8 +240,11 @@ class LadderPolicy(Policy):
 class HysteresisPolicy(Policy):
     """Conservative until s > tau_on, aggressive until s <= tau_off."""
 
-    def __init__(self, num_trees: int, conservative: int, aggressive: int, tau_on: float, tau_off: float) -> None:
-        super().__init__(num_trees, conservative)
+    def __init__(
+        self, num_trees: int, conservative: int, aggressive: int, tau_on: float, tau_off: float,
+        feature: str = "path_value",
+    ) -> None:
+        super().__init__(num_trees, conservative, feature)
         self.conservative = conservative
         self.aggressive = aggressive
         self.tau_on = tau_on
@@ -270,13 +296,14 @@ def make_policy(config: PolicyConfig | dict, bank: TreeBankLike) -> Policy:
         return StaticPolicy(num_trees, _resolve(config.tree, bank, "static.tree"))
     if isinstance(config, LadderPolicyConfig):
         trees = [_resolve(ref, bank, f"ladder.trees.{k}") for k, ref in enumerate(config.trees)]
-        return LadderPolicy(num_trees, list(config.edges), trees)
+        return LadderPolicy(num_trees, list(config.edges), trees, config.feature)
     return HysteresisPolicy(
         num_trees,
         _resolve(config.conservative, bank, "hysteresis.conservative"),
         _resolve(config.aggressive, bank, "hysteresis.aggressive"),
         config.tau_on,
         config.tau_off,
+        config.feature,
     )
 
 
@@ -303,14 +330,16 @@ def _parse_floats(text: str, source: str) -> list[float]:
 
 def parse_policy_arg(text: str) -> PolicyConfig:
     """A policy config from a CLI string: `static:NAME`, `ladder:0.1,0.3:t1,t2,t3`,
-    `hysteresis:TAU_ON[,TAU_OFF]:CONSERVATIVE,AGGRESSIVE`.
+    `hysteresis:TAU_ON[,TAU_OFF]:CONSERVATIVE,AGGRESSIVE`; `ladder@FEATURE:...` and
+    `hysteresis@FEATURE:...` threshold another feature, e.g. `hysteresis@lookup_match:2:hydra,loop`.
 
     A tree given as digits is a bank index, otherwise a bank name.
     """
     kind, _, rest = text.strip().partition(":")
+    kind, at, feature = kind.partition("@")
     parts = rest.split(":")
     bad_form = EntMTPError(f"invalid policy {text!r}; accepted forms: {POLICY_FORMS}")
-    if not rest or any(not part for part in parts):
+    if not rest or any(not part for part in parts) or (at and (kind == "static" or not feature)):
         raise bad_form
     if kind == "static" and len(parts) == 1:
         config: dict = {"kind": "static", "tree": _parse_tree_ref(parts[0])}
@@ -334,4 +363,6 @@ def parse_policy_arg(text: str) -> PolicyConfig:
         }
     else:
         raise bad_form
+    if feature:
+        config["feature"] = feature
     return validate_policy_config(config)

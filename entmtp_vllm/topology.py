@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from entmtp_vllm.errors import EntMTPError
-from entmtp_vllm.tree import Tree, TreePath
+from entmtp_vllm.tree import LOOKUP, Tree, TreePath
 
 
 @dataclass(frozen=True, eq=False)
@@ -30,7 +30,8 @@ class TreeBuffers:
     """long[N]: depth of each node (its position offset); 0 for the root."""
 
     ranks: torch.Tensor
-    """long[N]: last rank of each node's path (which top-k candidate it is); 0 for the root."""
+    """long[N]: last rank of each node's path (which top-k candidate it is); 0 for the root,
+    `LOOKUP` (-1) for a prompt-lookup node."""
 
     attention_mask: torch.Tensor
     """bool[N, N]: `mask[i, j]` is True when j is i or an ancestor of i (the root included)."""
@@ -47,10 +48,13 @@ class TreeBuffers:
 
     medusa_gather: torch.Tensor
     """long[N]: index into `[root_token, head1 top-k, head2 top-k, ...]`; 0 for the root,
-    `1 + (d-1)*topk + r` for the node at depth d with rank r."""
+    `1 + (d-1)*topk + r` for the node at depth d with rank r, -1 for a lookup node."""
 
     topk: int
-    """Candidates taken from each head: the largest rank plus one."""
+    """Candidates taken from each head: the largest rank plus one (1 without head nodes)."""
+
+    lookup_nodes: tuple[int, ...]
+    """Node indices of the prompt-lookup chain, depth 1 first (empty for a heads-only tree)."""
 
     num_nodes: int
     """N, the root included."""
@@ -68,7 +72,8 @@ def build_tree_buffers(tree: Tree, device: str | torch.device = "cpu") -> TreeBu
     parents = [-1] + [index[path[:-1]] for path in nodes[1:]]
     depths = [len(path) for path in nodes]
     ranks = [0] + [path[-1] for path in nodes[1:]]
-    topk = max(ranks) + 1
+    topk = max(ranks) + 1  # the root's 0 keeps it >= 1
+    lookup_nodes = tuple(i for i, path in enumerate(nodes) if path and path[-1] == LOOKUP)
 
     # Ancestry chains, root first: a node's chain is its parent's plus itself.
     chains: list[list[int]] = [[0]]
@@ -91,7 +96,7 @@ def build_tree_buffers(tree: Tree, device: str | torch.device = "cpu") -> TreeBu
     for d in range(depth + 1):
         level_starts[d + 1] += level_starts[d]
 
-    gather = [0] + [1 + (len(path) - 1) * topk + path[-1] for path in nodes[1:]]
+    gather = [0] + [-1 if path[-1] == LOOKUP else 1 + (len(path) - 1) * topk + path[-1] for path in nodes[1:]]
 
     def long(values: list[int] | list[list[int]]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=device)
@@ -107,13 +112,19 @@ def build_tree_buffers(tree: Tree, device: str | torch.device = "cpu") -> TreeBu
         children=tuple(tuple(c) for c in children),
         medusa_gather=long(gather),
         topk=topk,
+        lookup_nodes=lookup_nodes,
         num_nodes=num_nodes,
         depth=depth,
     )
 
 
 class TopologyBank:
-    """Named trees, switched by index; their buffers are built once per (tree, device)."""
+    """Named trees, switched by index; their buffers are built once per (tree, device).
+
+    A hybrid tree (with a prompt-lookup chain of L nodes) also has the buffers of its
+    variants with the chain cut to 0..L-1 nodes, used on steps where the lookup found fewer
+    tokens: a switch stays a dict lookup.
+    """
 
     def __init__(self, trees: Sequence[Tree], names: Sequence[str]) -> None:
         if len(trees) != len(names):
@@ -128,7 +139,7 @@ class TopologyBank:
         self._trees = tuple(trees)
         self._names = tuple(names)
         self._positions = {name: i for i, name in enumerate(self._names)}
-        self._cache: dict[tuple[int, torch.device], TreeBuffers] = {}
+        self._cache: dict[tuple[int, torch.device, int], TreeBuffers] = {}
 
     def __len__(self) -> int:
         return len(self._trees)
@@ -150,18 +161,34 @@ class TopologyBank:
         """The tree at bank index `i`."""
         return self._trees[i]
 
-    def buffers(self, i: int, device: str | torch.device = "cpu") -> TreeBuffers:
-        """Buffers of tree `i` on `device`: built on first use, a dict lookup afterwards."""
-        key = (range(len(self._trees))[i], torch.device(device))
+    def buffers(self, i: int, device: str | torch.device = "cpu", lookup_length: int | None = None) -> TreeBuffers:
+        """Buffers of tree `i` on `device`: built on first use, a dict lookup afterwards.
+
+        `lookup_length`: how many lookup tokens this step has; a hybrid tree's chain is cut to
+        that many nodes (None or more than the chain: the whole tree)."""
+        index = range(len(self._trees))[i]
+        tree = self._trees[index]
+        length = tree.lookup_length if lookup_length is None else max(0, min(lookup_length, tree.lookup_length))
+        key = (index, torch.device(device), length)
         found = self._cache.get(key)
         if found is None:
-            found = self._cache[key] = build_tree_buffers(self._trees[key[0]], key[1])
+            found = self._cache[key] = build_tree_buffers(tree.with_lookup_length(length), key[1])
         return found
 
     @property
     def max_depth(self) -> int:
-        """Depth of the deepest tree (the number of heads the bank needs)."""
+        """Depth of the deepest tree (the largest position offset)."""
         return max(tree.depth for tree in self._trees)
+
+    @property
+    def head_depth(self) -> int:
+        """Heads the bank needs: the depth of its deepest head-drafted node (0 if none)."""
+        return max(tree.head_depth for tree in self._trees)
+
+    @property
+    def lookup_length(self) -> int:
+        """The longest prompt-lookup chain of the bank's trees (0: no hybrid tree)."""
+        return max(tree.lookup_length for tree in self._trees)
 
     @property
     def max_nodes(self) -> int:

@@ -5,6 +5,12 @@ A tree is the shape of the candidates that the heads draft in one step. A path
 then the i1-th ranked token of head 2, and so on (Medusa's "choices"). The root
 `()` is the token sampled from the base model; it is implicit and never listed.
 
+Hybrid trees: the rank `LOOKUP` (-1) marks a node whose token comes from prompt lookup
+(an n-gram copy of the context, `entmtp_vllm.lookup`) instead of a head. Lookup ranks
+form a chain under the root: `(-1,)`, `(-1, -1)`, ... is the lookup continuation, and
+in a path they can only come first, so `(-1, -1, 0)` is head 3's top-1 token after two
+lookup tokens. A node with a head rank at depth d needs head d; lookup nodes need none.
+
 `Tree` only holds and validates the paths. Every tensor derived from a tree is
 built by `entmtp_vllm.topology.build_tree_buffers`.
 """
@@ -23,10 +29,15 @@ TreePath = tuple[int, ...]
 # mask alone stops being reasonable, so a larger spec is surely a typo.
 MAX_SPEC_NODES = 4096
 
+LOOKUP = -1
+"""The rank of a prompt-lookup node (its token comes from the lookup drafter, not a head)."""
+
 SPEC_FORMS = (
     "chain:K (a chain of K nodes), full:B^D (B-ary, depth D), "
-    "full:b1,b2,... (b_d children per node at depth d)"
+    "full:b1,b2,... (b_d children per node at depth d), lookup:L (a chain of L prompt-lookup "
+    "nodes); join shapes with '+' for their union, e.g. lookup:4+full:2,1"
 )
+_LOOKUP_SPEC = re.compile(r"lookup:(\d+)")
 
 _CHAIN = re.compile(r"chain:(\d+)")
 _FULL_POWER = re.compile(r"full:(\d+)\^(\d+)")
@@ -48,12 +59,19 @@ def _check_path(raw: object, max_depth: int | None) -> TreePath:
         raise EntMTPError(f"invalid tree: path {raw!r} is not a list of ranks")
     if not raw:
         raise EntMTPError("invalid tree: path [] given explicitly; the root is implicit, list only the nodes below it")
-    for rank in raw:
+    for position, rank in enumerate(raw):
         if isinstance(rank, bool) or not isinstance(rank, int):
             raise EntMTPError(f"invalid tree: path {_show(raw)} has a rank {rank!r} that is not an integer")
-        if rank < 0:
-            raise EntMTPError(f"invalid tree: path {_show(raw)} has a negative rank {rank}")
-    if max_depth is not None and len(raw) > max_depth:
+        if rank == LOOKUP and position > 0 and raw[position - 1] != LOOKUP:
+            raise EntMTPError(
+                f"invalid tree: path {_show(raw)} has a lookup rank ({LOOKUP}) after a head rank; "
+                "lookup nodes form a chain under the root, so their ranks can only start a path"
+            )
+        if rank < LOOKUP:
+            raise EntMTPError(
+                f"invalid tree: path {_show(raw)} has a negative rank {rank} (only {LOOKUP}, a lookup node, is allowed)"
+            )
+    if max_depth is not None and raw[-1] != LOOKUP and len(raw) > max_depth:
         raise EntMTPError(
             f"invalid tree: path {_show(raw)} has depth {len(raw)} but only {max_depth} heads are available "
             f"(max_depth={max_depth}); drop the deeper paths or use a model with more heads"
@@ -61,7 +79,7 @@ def _check_path(raw: object, max_depth: int | None) -> TreePath:
     return tuple(raw)
 
 
-def _validate(choices: object, max_depth: int | None) -> tuple[TreePath, ...]:
+def _validate(choices: object, max_depth: int | None, allow_empty: bool = False) -> tuple[TreePath, ...]:
     """Check a list of paths and return them as tuples sorted by (depth, path)."""
     if isinstance(choices, (str, bytes)) or not isinstance(choices, Iterable):
         raise EntMTPError(f"invalid tree: expected a list of paths, got {type(choices).__name__}")
@@ -73,7 +91,7 @@ def _validate(choices: object, max_depth: int | None) -> tuple[TreePath, ...]:
             raise EntMTPError(f"invalid tree: path {_show(path)} is listed twice")
         seen.add(path)
         paths.append(path)
-    if not paths:
+    if not paths and not allow_empty:
         raise EntMTPError("invalid tree: no paths given; a tree needs at least one node below the implicit root")
     for path in paths:
         if len(path) > 1 and path[:-1] not in seen:
@@ -90,20 +108,38 @@ class Tree:
         self._paths = _validate(choices, max_depth)
 
     @classmethod
+    def _unchecked(cls, paths: Iterable[TreePath]) -> Tree:
+        """A tree from paths already known to be valid; may be root-only (no paths)."""
+        tree = cls.__new__(cls)
+        tree._paths = tuple(sorted(paths, key=_order))
+        return tree
+
+    @classmethod
     def from_choices(cls, choices: Iterable[Sequence[int]], max_depth: int | None = None) -> Tree:
         """Validate Medusa-style choices (a list of paths); `max_depth` is the number of heads available."""
         return cls(choices, max_depth)
 
     @classmethod
     def from_spec(cls, spec: str) -> Tree:
-        """A generated shape: `chain:K`, `full:B^D` or `full:b1,b2,...`."""
-        branching = _parse_spec(spec)
-        paths: list[TreePath] = []
-        level: list[TreePath] = [()]
-        for width in branching:
-            level = [parent + (rank,) for parent, rank in product(level, range(width))]
-            paths.extend(level)
-        return cls(paths)
+        """A generated shape: `chain:K`, `full:B^D`, `full:b1,b2,...`, `lookup:L`, or a union
+        of shapes joined by '+' (e.g. `lookup:4+full:2,1`: a lookup chain beside a head tree)."""
+        paths: set[TreePath] = set()
+        for part in spec.split("+"):
+            if match := _LOOKUP_SPEC.fullmatch(part):
+                length = int(match.group(1))
+                if length < 1:
+                    raise EntMTPError(f"invalid tree spec {spec!r}: a lookup chain needs at least 1 node")
+                if length > MAX_SPEC_NODES:
+                    raise _too_big(spec)
+                paths.update((LOOKUP,) * k for k in range(1, length + 1))
+                continue
+            level: list[TreePath] = [()]
+            for width in _parse_spec(part, spec):
+                level = [parent + (rank,) for parent, rank in product(level, range(width))]
+                paths.update(level)
+        if len(paths) + 1 > MAX_SPEC_NODES:
+            raise _too_big(spec)
+        return cls(sorted(paths, key=_order))
 
     @property
     def paths(self) -> tuple[TreePath, ...]:
@@ -123,7 +159,24 @@ class Tree:
     @property
     def depth(self) -> int:
         """Depth of the deepest node (the root has depth 0)."""
-        return len(self._paths[-1])
+        return len(self._paths[-1]) if self._paths else 0
+
+    @property
+    def head_depth(self) -> int:
+        """Depth of the deepest head-drafted node: how many heads the tree needs (0 if none)."""
+        return max((len(path) for path in self._paths if path[-1] != LOOKUP), default=0)
+
+    @property
+    def lookup_length(self) -> int:
+        """Length of the prompt-lookup chain under the root (0 for a heads-only tree)."""
+        return sum(1 for path in self._paths if path[-1] == LOOKUP)
+
+    def with_lookup_length(self, length: int) -> Tree:
+        """This tree with its lookup chain cut to `length` nodes (and every node below the cut
+        removed): the tree drafted when the lookup found only `length` tokens. May be root-only."""
+        if length >= self.lookup_length:
+            return self
+        return Tree._unchecked(p for p in self._paths if sum(1 for r in p if r == LOOKUP) <= length)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Tree):
@@ -143,8 +196,9 @@ def _too_big(spec: str) -> EntMTPError:
     return EntMTPError(f"tree spec {spec!r} has more than {MAX_SPEC_NODES} nodes; generated trees are limited to that")
 
 
-def _parse_spec(spec: str) -> list[int]:
-    """Children per node at each depth, from a generated-shape spec."""
+def _parse_spec(spec: str, whole: str | None = None) -> list[int]:
+    """Children per node at each depth, from a generated-shape spec (part of `whole`)."""
+    whole = spec if whole is None else whole
     if match := _CHAIN.fullmatch(spec):
         width, levels = 1, int(match.group(1))
     elif match := _FULL_POWER.fullmatch(spec):
@@ -152,20 +206,20 @@ def _parse_spec(spec: str) -> list[int]:
     elif match := _FULL_LIST.fullmatch(spec):
         width, levels = None, 0
     else:
-        raise EntMTPError(f"invalid tree spec {spec!r}; accepted forms: {SPEC_FORMS}")
+        raise EntMTPError(f"invalid tree spec {whole!r}; accepted forms: {SPEC_FORMS}")
     # Each level holds at least one node: check the level count before building the list.
     if levels > MAX_SPEC_NODES:
-        raise _too_big(spec)
+        raise _too_big(whole)
     if width is None:
         branching = [int(part) for part in match.group(1).split(",")]
     else:
         branching = [width] * levels
     if not branching or min(branching) < 1:
-        raise EntMTPError(f"invalid tree spec {spec!r}: sizes must be at least 1; accepted forms: {SPEC_FORMS}")
+        raise EntMTPError(f"invalid tree spec {whole!r}: sizes must be at least 1; accepted forms: {SPEC_FORMS}")
     total, level = 1, 1
     for width in branching:
         level *= width
         total += level
         if total > MAX_SPEC_NODES:
-            raise _too_big(spec)
+            raise _too_big(whole)
     return branching

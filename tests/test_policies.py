@@ -170,6 +170,8 @@ def test_parse_policy_arg_forms() -> None:
         "hysteresis:0.1:a",
         "hysteresis:0.1:a,b,c",
         "random:0.1",
+        "static@p0:a",
+        "hysteresis@:0.1:a,b",
     ],
 )
 def test_parse_policy_arg_rejects_bad_forms(text: str) -> None:
@@ -183,8 +185,29 @@ def test_parse_policy_arg_rejects_bad_forms(text: str) -> None:
         ("ladder:0.3,0.1:a,b,c", "ladder.edges"),
         ("ladder:0.1,0.3:a,b", "ladder.trees"),
         ("hysteresis:0.01,0.02:a,b", "hysteresis.tau_off"),
+        ("hysteresis@psychic:1:a,b", "hysteresis.feature"),
     ],
 )
 def test_parse_policy_arg_reports_invalid_values(text: str, field: str) -> None:
     with pytest.raises(EntMTPError, match=field):
         parse_policy_arg(text)
+
+
+def test_policies_can_threshold_another_feature() -> None:
+    """hysteresis@lookup_match: the lookup match length, not the path value, drives the switch;
+    a lookup feature absent from a step reads 0."""
+    policy = make_policy(parse_policy_arg("hysteresis@lookup_match:2.5,1.5:small,big"), BANK)
+    state = policy.new_state()
+
+    def step(match: float | None) -> StepFeatures:
+        features = at(0.99)  # a high path value that must not matter
+        if match is not None:
+            features.extra["lookup_match"] = match
+        return features
+
+    chosen = [policy.choose(state, step(m)) for m in (1, 3, 2, None, 4, 1)]
+    assert [BANK.names[i] for i in chosen] == ["small", "big", "big", "small", "big", "small"]
+    ladder = make_policy(parse_policy_arg("ladder@recent_accept_mean:1.5:tiny,big"), BANK)
+    features = at(0.0)
+    features.recent_accept_mean = 2.0
+    assert ladder.choose(ladder.new_state(), features) == BANK.index("big")

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from entmtp_vllm import topology
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.topology import TopologyBank, TreeBuffers, build_tree_buffers
-from entmtp_vllm.tree import Tree
+from entmtp_vllm.tree import LOOKUP, Tree
+from conftest import prefix_closed_choices
 
 
 def _is_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
@@ -32,7 +33,7 @@ def brute_force(choices: list[list[int]]) -> dict[str, object]:
     nodes = [()] + paths
     n = len(nodes)
     depth = max(len(p) for p in paths)
-    topk = max(r for p in paths for r in p) + 1
+    topk = max((r for p in paths for r in p if r >= 0), default=0) + 1
     leaves = [i for i in range(n) if not any(len(q) > len(nodes[i]) and _is_prefix(nodes[i], q) for q in nodes)]
     return {
         "nodes": tuple(nodes),
@@ -51,8 +52,9 @@ def brute_force(choices: list[list[int]]) -> dict[str, object]:
                          key=lambda j: nodes[j][-1]))
             for i in range(n)
         ),
-        "medusa_gather": [0] + [1 + (len(p) - 1) * topk + p[-1] for p in paths],
+        "medusa_gather": [0] + [-1 if p[-1] == -1 else 1 + (len(p) - 1) * topk + p[-1] for p in paths],
         "topk": topk,
+        "lookup_nodes": tuple(i for i, p in enumerate(nodes) if p and all(r == -1 for r in p)),
         "num_nodes": n,
         "depth": depth,
     }
@@ -276,3 +278,36 @@ def test_bank_rejects_bad_names(names: list[str], expected: str) -> None:
 def test_bank_rejects_empty() -> None:
     with pytest.raises(EntMTPError, match="no trees"):
         TopologyBank([], [])
+
+
+@given(prefix_closed_choices(lookup=True))
+def test_hybrid_trees_match_the_brute_force(choices: list[list[int]]) -> None:
+    """Lookup nodes are nodes like any other: the same independent checks hold."""
+    buffers = build_tree_buffers(Tree.from_choices(choices))
+    assert as_plain(buffers) == brute_force(choices)
+
+
+@given(prefix_closed_choices(lookup=True), st.integers(0, 6))
+def test_cut_lookup_chain_drops_exactly_the_nodes_below_the_cut(choices: list[list[int]], length: int) -> None:
+    tree = Tree.from_choices(choices)
+    bank = TopologyBank([tree], ["t"])
+    cut = bank.buffers(0, lookup_length=length)
+    kept = [p for p in choices if sum(1 for r in p if r == LOOKUP) <= length]
+    assert cut.nodes == ((),) + tuple(sorted(map(tuple, kept), key=lambda p: (len(p), p)))
+    assert len(cut.lookup_nodes) == min(length, tree.lookup_length)
+    if kept:
+        assert as_plain(cut) == brute_force(kept)
+    else:  # root only: a plain one-token step
+        assert cut.num_nodes == 1 and cut.retrieve_indices.tolist() == [[0]]
+    assert bank.buffers(0, lookup_length=length) is cut  # built once
+
+
+def test_hybrid_spec_and_depths() -> None:
+    tree = Tree.from_spec("lookup:4+full:2,1")
+    assert tree.lookup_length == 4 and tree.head_depth == 2 and tree.depth == 4 and tree.num_nodes == 9
+    hybrid = Tree.from_choices([[-1], [-1, -1], [-1, -1, 0], [0]], max_depth=3)
+    assert hybrid.head_depth == 3 and hybrid.lookup_length == 2
+    with pytest.raises(EntMTPError, match="only 2 heads"):
+        Tree.from_choices([[-1], [-1, -1], [-1, -1, 0]], max_depth=2)
+    bank = TopologyBank([tree, Tree.from_spec("chain:3")], ["h", "c"])
+    assert bank.head_depth == 3 and bank.lookup_length == 4 and bank.max_depth == 4

@@ -8,7 +8,7 @@ from typing import Any
 
 from entmtp_vllm.bank_file import load_tree_source
 from entmtp_vllm.topology import TreeBuffers, build_tree_buffers
-from entmtp_vllm.tree import SPEC_FORMS
+from entmtp_vllm.tree import LOOKUP, SPEC_FORMS
 
 # Trees up to this many nodes (root included) are drawn in the human output.
 MAX_DRAWN_NODES = 64
@@ -67,6 +67,7 @@ def buffers_json(name: str, buffers: TreeBuffers) -> dict[str, Any]:
         "level_starts": list(buffers.level_starts),
         "children": [list(kids) for kids in buffers.children],
         "medusa_gather": buffers.medusa_gather.tolist(),
+        "lookup_nodes": list(buffers.lookup_nodes),
     }
 
 
@@ -84,13 +85,18 @@ def summary(name: str, buffers: TreeBuffers) -> str:
         f"  nodes per depth 0..{buffers.depth}: {', '.join(map(str, per_depth))}",
         f"  children per node at depth 0..{buffers.depth - 1} (max/mean): {', '.join(branching)}",
     ]
+    if buffers.lookup_nodes:
+        lines.append(
+            f"  prompt-lookup chain: {len(buffers.lookup_nodes)} nodes (L: tokens copied from the context; "
+            "absent on steps without a match)"
+        )
     if buffers.num_nodes <= MAX_DRAWN_NODES:
         lines.extend("  " + line for line in drawing(buffers))
     return "\n".join(lines)
 
 
 def drawing(buffers: TreeBuffers) -> list[str]:
-    """The tree as indented ASCII: each node shows its rank and `#` its node index."""
+    """The tree as indented ASCII: each node shows its rank (L: prompt lookup) and `#` its node index."""
     ranks = buffers.ranks.tolist()
     lines = ["root #0"]
 
@@ -98,7 +104,7 @@ def drawing(buffers: TreeBuffers) -> list[str]:
         kids = buffers.children[node]
         for k, child in enumerate(kids):
             last = k == len(kids) - 1
-            lines.append(f"{prefix}{'`-- ' if last else '+-- '}{ranks[child]} #{child}")
+            lines.append(f"{prefix}{'`-- ' if last else '+-- '}{'L' if ranks[child] == LOOKUP else ranks[child]} #{child}")
             walk(child, prefix + ("    " if last else "|   "))
 
     walk(0, "")

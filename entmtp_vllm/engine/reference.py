@@ -4,10 +4,13 @@ One readable loop, gpt-fast style. Per request:
 
     prefill the prompt -> first token (the first root), last hidden state
     repeat until EOS or max_new_tokens:
+        lookup    : (banks with hybrid trees) the prompt-lookup continuation of the context
         features  : p0 and entropy of the verifier at the last accepted node, the heads'
-                    top-1 chain -> s = best_path_value(p0, head_top1)
-        policy    : s -> bank index -> the tree's TreeBuffers
-        draft     : the heads fill the tree; node 0 is the root (emitted, not yet cached)
+                    top-1 chain -> s = best_path_value(p0, head_top1); lookup match stats
+        policy    : features -> bank index -> the tree's TreeBuffers (a hybrid tree's lookup
+                    chain cut to the tokens the lookup found: no match, no branch)
+        draft     : the heads (and the lookup) fill the tree; node 0 is the root (emitted,
+                    not yet cached)
         verify    : ONE forward over all nodes, positions past_len + depths, a 4-D mask
                     (the whole prefix is visible, the tree part is buffers.attention_mask)
         accept    : greedy / typical / lossless -> accepted path (root first) + bonus token
@@ -35,6 +38,7 @@ from entmtp_vllm.engine.kv_cache import cache_length, check_compactable, compact
 from entmtp_vllm.engine.records import Generation, StepRecord
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.features import FeatureTracker, entropy
+from entmtp_vllm.lookup import NO_MATCH, LookupConfig, LookupStats, PromptLookup
 from entmtp_vllm.policies import Policy, make_policy
 from entmtp_vllm.sampling import processed_probs, sample
 from entmtp_vllm.topology import TopologyBank, TreeBuffers
@@ -81,6 +85,7 @@ class ReferenceEngine:
         bank: TopologyBank | None = None,
         policy: Policy | None = None,
         typical: TypicalConfig = TypicalConfig(),
+        lookup: LookupConfig = LookupConfig(),
     ) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -91,15 +96,17 @@ class ReferenceEngine:
         self.dtype = next(model.parameters()).dtype
         self.max_positions = getattr(model.config, "max_position_embeddings", None)
         self.eos_ids = eos_token_ids(model, tokenizer)
+        self.lookup = PromptLookup(lookup) if bank is not None and bank.lookup_length > 0 else None
+        self.lookup_alpha = lookup.ema_alpha
 
         if (drafter is None) != (bank is None):
             raise EntMTPError("tree decoding needs both heads (a drafter) and trees (a bank); pass both or neither")
         if bank is not None:
             heads = _num_heads(drafter)
-            if heads is not None and bank.max_depth > heads:
-                deepest = max(range(len(bank)), key=lambda i: bank.tree(i).depth)
+            if heads is not None and bank.head_depth > heads:
+                deepest = max(range(len(bank)), key=lambda i: bank.tree(i).head_depth)
                 raise EntMTPError(
-                    f"tree '{bank.names[deepest]}' has depth {bank.tree(deepest).depth} but the heads draft only "
+                    f"tree '{bank.names[deepest]}' has depth {bank.tree(deepest).head_depth} but the heads draft only "
                     f"{heads} tokens deep; use a tree of depth <= {heads} or heads with more heads"
                 )
             self.policy = policy if policy is not None else make_policy({"kind": "static", "tree": 0}, bank)
@@ -212,6 +219,7 @@ class ReferenceEngine:
 
         steps: list[StepRecord] = []
         tracker = FeatureTracker()
+        lookup_stats = LookupStats(self.lookup_alpha)
         state = self.policy.new_state() if self.policy is not None else None
         stop_reason = "eos" if root in self.eos_ids else "length"
 
@@ -232,15 +240,19 @@ class ReferenceEngine:
                 p0 = float(probs.max())
                 step_entropy = float(entropy(probs))
                 draft_step = self.drafter.begin(last_hidden, root)
-                head_top1 = draft_step.greedy_chain(self.bank.max_depth)
-                step_features = tracker.features(p0, head_top1, step_entropy)
+                head_top1 = draft_step.greedy_chain(self.bank.head_depth)
+                match = NO_MATCH
+                if self.lookup is not None:  # the context ends with the root
+                    match = self.lookup.propose(prompt_ids + generated, self.bank.lookup_length)
+                extra = lookup_stats.features(match) if self.lookup is not None else None
+                step_features = tracker.features(p0, head_top1, step_entropy, extra)
                 tree_index = self.policy.choose(state, step_features)
                 tree_name = self.bank.names[tree_index]
-                buffers = self.bank.buffers(tree_index, self.device)
+                buffers = self.bank.buffers(tree_index, self.device, lookup_length=len(match.tokens))
                 nodes = buffers.num_nodes
 
                 # --- draft the tree (tokens[0] is the root).
-                draft = draft_step.draft(buffers)
+                draft = draft_step.draft(buffers, match.tokens)
                 tokens = draft.tokens.to(self.device)
 
                 # --- verify every node in one forward pass.
@@ -265,6 +277,8 @@ class ReferenceEngine:
                     draft_probs=None,
                 )
                 accepted = result.accepted
+                if buffers.lookup_nodes:
+                    lookup_stats.observe(len(buffers.lookup_nodes), len(set(accepted) & set(buffers.lookup_nodes)))
                 compact_to_path(cache, past_len, accepted)
                 emitted = result.emitted(tokens)
                 if observe:

@@ -4,7 +4,7 @@
     drafter.observe(hidden_states, positions)   # prefix-layer heads only: accepted positions
     step = drafter.begin(hidden, root_token)    # hidden: base last hidden state (post norm)
     head_top1 = step.greedy_chain(depth)        # the scheduler's per-depth confidences
-    draft = step.draft(buffers)                 # Draft(tokens long[N], draft_probs | None)
+    draft = step.draft(buffers, lookup_tokens)  # Draft(tokens long[N], draft_probs | None)
 
 `draft` expands the tree level by level over `buffers.level_starts`. For every
 node of depth d-1 that has children, head d runs once on that node's path (all
@@ -12,6 +12,11 @@ such parents of a level in one batched call); its top-k (k = the largest child
 rank + 1) gives each child the token at the child's rank. Head outputs are
 cached inside the step, keyed by path (Hydra) or by depth (Medusa, whose heads
 ignore the path), so the chain probed by `greedy_chain` is not recomputed.
+
+Hybrid trees: the lookup nodes (rank `LOOKUP`) take their tokens from `lookup_tokens`
+(the prompt-lookup proposal, depth 1 first; `buffers` must already be cut to its length,
+see `TopologyBank.buffers(..., lookup_length=)`); head nodes below them see those tokens
+on their path like any other.
 
 `draft_probs` (only with `want_probs=True`; [N, V] is large) holds, in row i,
 the head distribution node i's token was taken from (the softmax of head d at
@@ -27,6 +32,7 @@ import torch
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.heads.blocks import PrefixCache
 from entmtp_vllm.heads.hydra import DraftHeads
+from entmtp_vllm.tree import LOOKUP
 
 Path_ = tuple[int, ...]
 
@@ -171,25 +177,37 @@ class DraftStep:
         return probs
 
     @torch.no_grad()
-    def draft(self, buffers, want_probs: bool = False) -> Draft:
-        """A token for every node of the tree described by `buffers` (a `TreeBuffers`)."""
-        if buffers.depth > self.drafter.max_depth:
+    def draft(self, buffers, lookup_tokens: list[int] | None = None, want_probs: bool = False) -> Draft:
+        """A token for every node of the tree described by `buffers` (a `TreeBuffers`);
+        lookup nodes take `lookup_tokens[depth - 1]`."""
+        nodes = buffers.nodes
+        head_depth = max((len(p) for p in nodes[1:] if p[-1] != LOOKUP), default=0)
+        if head_depth > self.drafter.max_depth:
             raise EntMTPError(
-                f"the tree is {buffers.depth} deep but the heads draft only {self.drafter.max_depth} tokens: "
+                f"the tree is {head_depth} deep but the heads draft only {self.drafter.max_depth} tokens: "
                 f"use a tree of depth <= {self.drafter.max_depth} or heads with more heads"
             )
-        nodes = buffers.nodes
+        lookup_tokens = list(lookup_tokens or [])
+        if len(buffers.lookup_nodes) > len(lookup_tokens):
+            raise EntMTPError(
+                f"the tree has {len(buffers.lookup_nodes)} lookup nodes but the lookup proposed "
+                f"{len(lookup_tokens)} tokens: cut the tree to the proposal (TopologyBank.buffers lookup_length)"
+            )
         parents = buffers.parents.tolist()
         tokens = [self.root_token] * buffers.num_nodes
         for d in range(1, buffers.depth + 1):
             level = range(buffers.level_starts[d], buffers.level_starts[d + 1])
-            # every parent of this level in one batched head call (children are contiguous)
-            parent_paths = list(dict.fromkeys(nodes[parents[i]] for i in level))
-            self._compute(parent_paths)
+            # every parent of this level's head nodes in one batched head call
+            parent_paths = list(dict.fromkeys(nodes[parents[i]] for i in level if nodes[i][-1] != LOOKUP))
+            if parent_paths:
+                self._compute(parent_paths)
             for i in level:
-                pp = nodes[parents[i]]
-                k = max(nodes[c][-1] for c in buffers.children[parents[i]]) + 1
-                token = self._children_tokens(pp, k)[nodes[i][-1]]
+                if nodes[i][-1] == LOOKUP:
+                    token = int(lookup_tokens[d - 1])
+                else:
+                    pp = nodes[parents[i]]
+                    k = max(nodes[c][-1] for c in buffers.children[parents[i]]) + 1
+                    token = self._children_tokens(pp, k)[nodes[i][-1]]
                 self._tokens[nodes[i]] = token
                 tokens[i] = token
         out = torch.tensor(tokens, dtype=torch.long, device=buffers.parents.device)
@@ -198,6 +216,8 @@ class DraftStep:
             probs = torch.zeros(buffers.num_nodes, self.drafter.heads.vocab_size, device=buffers.parents.device)
             cache: dict = {}
             for i in range(1, buffers.num_nodes):
+                if nodes[i][-1] == LOOKUP:  # a copied token: no head distribution (row stays 0)
+                    continue
                 key = self._key(nodes[parents[i]])
                 if key not in cache:
                     cache[key] = torch.softmax(self._logits[key], dim=-1).to(probs.device)

@@ -69,3 +69,31 @@ def test_greedy_tree_equals_greedy_ar_fp32(smollm2, drafter, dataset):
         tree = engine.generate(ids, 32)
         assert tree.token_ids == ar.token_ids, (tree.text, ar.text)
         assert len(ar.token_ids) == 32 or ar.stop_reason == "eos"
+
+
+@pytest.mark.parametrize("dataset", ("mt_bench", "gsm8k"))
+def test_greedy_hybrid_trees_equal_greedy_ar_fp32(smollm2, drafter, dataset):
+    """Hybrid trees (a prompt-lookup chain beside and above head nodes), switched on the lookup
+    match length: greedy output equals AR, lookup tokens get accepted, the policy switches."""
+    from entmtp_vllm.policies import make_policy, parse_policy_arg
+    from entmtp_vllm.engine.reference import ReferenceEngine
+    from entmtp_vllm.topology import TopologyBank
+    from entmtp_vllm.tree import Tree
+
+    model, tokenizer = smollm2
+    hybrid = Tree.from_choices([[-1], [-1, -1], [-1, -1, 0], [-1, -1, -1], [0], [1], [0, 0]])
+    bank = TopologyBank([hybrid, Tree.from_spec("lookup:6+chain:1")], ["hybrid", "loop"])
+    policy = make_policy(parse_policy_arg("hysteresis@lookup_match:2.5,1.5:hybrid,loop"), bank)
+    engine = ReferenceEngine(model, tokenizer, drafter, bank, policy)
+    switches = lookup_accepted = 0
+    for ids in _prompt_ids(tokenizer, dataset, 3):
+        ar = engine.generate(ids, 48, method="ar")
+        tree = engine.generate(ids, 48)
+        assert tree.token_ids == ar.token_ids, (tree.text, ar.text)
+        switches += tree.tree_switches
+        for step in tree.steps:
+            buffers = bank.buffers(step.tree_index, lookup_length=int(step.features["lookup_tokens"]))
+            assert step.nodes == buffers.num_nodes  # no match: the branch is absent, not junk
+            lookup_accepted += len(set(step.accepted) & set(buffers.lookup_nodes))
+    assert lookup_accepted > 0
+    assert switches > 0

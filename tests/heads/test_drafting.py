@@ -168,3 +168,34 @@ def test_prefix_heads_draft_from_the_observed_prefix_output(base_weights) -> Non
     torch.testing.assert_close(drafter.prefix_cache.last_output, heads.prefix(states[:5], torch.arange(5))[-1], atol=1e-5, rtol=1e-4)
     drafter.reset()
     assert drafter.prefix_cache.length == 0
+
+
+def test_hybrid_tree_lookup_nodes_copy_and_heads_see_them(base_weights) -> None:
+    """Lookup nodes take the proposal's tokens; head nodes below them condition on them; the
+    heads never run for a parent whose children are all lookup nodes."""
+    from entmtp_vllm.topology import TopologyBank
+
+    embed, lm_head = base_weights
+    heads = hydra()
+    counter = Counter(heads)
+    hidden = torch.randn(HIDDEN)
+    tree = Tree.from_choices([[-1], [-1, -1], [-1, -1, -1], [-1, -1, 0], [-1, -1, 1], [0], [0, 0]])
+    lookup = [11, 12, 13]
+    buffers = TopologyBank([tree], ["h"]).buffers(0, lookup_length=3)
+    tokens = TreeDrafter(heads, embed, lm_head).begin(hidden, ROOT).draft(buffers, lookup).tokens.tolist()
+    # head rows: depth 1 at the root, depth 2 at (0,), depth 3 at (-1, -1); none at () for
+    # the lookup child or at (-1,) (whose only child is a lookup node)
+    assert counter.rows == {1: 1, 2: 1, 3: 1}
+    by_path = dict(zip(buffers.nodes, tokens))
+    assert [by_path[(-1,) * k] for k in (1, 2, 3)] == lookup
+    top2 = head(heads, lm_head, embed, hidden, 3, [ROOT, 11, 12]).topk(2).indices.tolist()
+    assert [by_path[(-1, -1, 0)], by_path[(-1, -1, 1)]] == top2
+    assert by_path[(0,)] == int(head(heads, lm_head, embed, hidden, 1, [ROOT]).argmax())
+
+
+def test_hybrid_tree_needs_the_proposal_it_was_cut_to(base_weights) -> None:
+    embed, lm_head = base_weights
+    buffers = build_tree_buffers(Tree.from_spec("lookup:3+chain:1"))
+    step = TreeDrafter(hydra(), embed, lm_head).begin(torch.randn(HIDDEN), ROOT)
+    with pytest.raises(EntMTPError, match="3 lookup nodes but the lookup proposed 1"):
+        step.draft(buffers, [5])

@@ -1,0 +1,128 @@
+"""Prompt lookup: draft tokens by copying the context (no model), for hybrid trees.
+
+    lookup = PromptLookup(LookupConfig(min_ngram=1, max_ngram=4))
+    found = lookup.propose(context, max_tokens=4)   # context: prompt + output, root last
+    found.tokens         # the continuation of the longest recent suffix match ([] if none)
+    found.match_length   # n of the matched n-gram (0 if none)
+
+The suffix of `context` of length n (max_ngram down to min_ngram) is searched earlier in
+the context; the most recent earlier occurrence wins (loops repeat their latest turn), and
+the tokens that followed it are the proposal. When the copy reaches the end of the context
+(the match is a loop whose period is shorter than the proposal), it goes on copying the
+proposal itself, i.e. it assumes the loop continues.
+
+`LookupStats` keeps a request's recent lookup acceptance (an EMA of accepted/proposed),
+which the scheduler may read next to the match length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from entmtp_vllm.errors import EntMTPError
+
+
+class LookupConfig(BaseModel):
+    """Settings of the prompt-lookup drafter."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, extra="forbid", frozen=True)
+
+    min_ngram: int = Field(1, ge=1)
+    """Shortest suffix (in tokens) that may be matched."""
+
+    max_ngram: int = Field(4, ge=1)
+    """Longest suffix tried first; the longest matching n wins."""
+
+    window: int = Field(4096, ge=1)
+    """Only the last `window` context tokens are searched (bounds the cost per step)."""
+
+    ema_alpha: float = Field(0.3, gt=0.0, le=1.0)
+    """Weight of the newest step in the recent-acceptance EMA."""
+
+    @model_validator(mode="after")
+    def _order(self) -> "LookupConfig":
+        if self.min_ngram > self.max_ngram:
+            raise ValueError(f"min_ngram ({self.min_ngram}) must be at most max_ngram ({self.max_ngram})")
+        return self
+
+
+@dataclass(frozen=True)
+class LookupMatch:
+    """One proposal of the lookup drafter."""
+
+    tokens: list[int]
+    """Proposed continuation (up to max_tokens; empty when nothing matched)."""
+
+    match_length: int
+    """Length n of the matched suffix; 0 when nothing matched."""
+
+    position: int
+    """Index in the context where the continuation was copied from; -1 when nothing matched."""
+
+
+NO_MATCH = LookupMatch([], 0, -1)
+
+
+class PromptLookup:
+    """Finds the longest recent suffix match in a context and proposes what followed it."""
+
+    def __init__(self, config: LookupConfig = LookupConfig()) -> None:
+        self.config = config
+
+    def propose(self, context: Sequence[int] | np.ndarray, max_tokens: int) -> LookupMatch:
+        """The continuation of the longest (then most recent) earlier match of the context's suffix."""
+        if max_tokens < 0:
+            raise EntMTPError(f"lookup: max_tokens must be >= 0, got {max_tokens}")
+        if max_tokens == 0:
+            return NO_MATCH
+        seq = np.asarray(context, dtype=np.int64)[-self.config.window :]
+        n_total = seq.shape[0]
+        offset = len(context) - n_total
+        for n in range(min(self.config.max_ngram, n_total - 1), self.config.min_ngram - 1, -1):
+            suffix = seq[n_total - n :]
+            # candidate starts s < n_total - n (strictly earlier than the suffix itself)
+            windows = np.lib.stride_tricks.sliding_window_view(seq[: n_total - 1], n)
+            hits = np.flatnonzero((windows == suffix).all(axis=1))
+            hits = hits[hits < n_total - n]
+            if hits.size == 0:
+                continue
+            start = int(hits[-1]) + n  # the most recent occurrence; its continuation starts here
+            tokens = seq[start : start + max_tokens].tolist()
+            while len(tokens) < max_tokens:  # past the end: the loop repeats (period n_total - start)
+                tokens.append(tokens[len(tokens) - (n_total - start)])
+            return LookupMatch(tokens, n, offset + start)
+        return NO_MATCH
+
+
+class LookupStats:
+    """A request's recent lookup acceptance: EMA of accepted / proposed lookup tokens."""
+
+    def __init__(self, alpha: float = LookupConfig().ema_alpha) -> None:
+        self.alpha = alpha
+        self.accept_rate = 0.0
+        """EMA of the accepted fraction; 0 before any proposal was verified."""
+        self.proposed = 0
+        """Lookup tokens verified so far."""
+        self.accepted = 0
+        """Lookup tokens accepted so far."""
+
+    def observe(self, proposed: int, accepted: int) -> None:
+        """Record a verified step that drafted `proposed` lookup tokens, `accepted` of them accepted."""
+        if proposed <= 0:
+            return
+        rate = accepted / proposed
+        self.accept_rate = rate if self.proposed == 0 else self.accept_rate + self.alpha * (rate - self.accept_rate)
+        self.proposed += proposed
+        self.accepted += accepted
+
+    def features(self, match: LookupMatch) -> dict[str, float]:
+        """The scheduler's lookup features for this step."""
+        return {
+            "lookup_match": float(match.match_length),
+            "lookup_tokens": float(len(match.tokens)),
+            "lookup_accept_rate": self.accept_rate,
+        }

@@ -1,0 +1,94 @@
+"""Tests for entmtp_vllm/lookup.py: the prompt-lookup drafter on hand-made sequences."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.lookup import LookupConfig, LookupStats, PromptLookup
+
+LOOKUP = PromptLookup(LookupConfig(min_ngram=1, max_ngram=4))
+
+
+def test_loop_continues_with_the_latest_turn() -> None:
+    # ... 7 8 9 | 1 2 3 4 | ... 7 8 9 -> copy what followed "7 8 9" last time
+    found = LOOKUP.propose([5, 7, 8, 9, 1, 2, 3, 4, 6, 7, 8, 9], 3)
+    assert found.tokens == [1, 2, 3] and found.match_length == 3 and found.position == 4
+
+
+def test_no_match_proposes_nothing() -> None:
+    found = LOOKUP.propose([1, 2, 3, 4, 5], 4)
+    assert found.tokens == [] and found.match_length == 0 and found.position == -1
+    assert LOOKUP.propose([7], 4).tokens == []  # a single token has nothing before it
+    assert LOOKUP.propose([1, 1, 2], 0).tokens == []
+
+
+def test_longest_match_wins_over_a_more_recent_shorter_one() -> None:
+    # "2 3" occurs recently followed by 9, but "1 2 3" occurs earlier followed by 4
+    found = LOOKUP.propose([1, 2, 3, 4, 0, 2, 3, 9, 1, 2, 3], 1)
+    assert found.match_length == 3 and found.tokens == [4]
+
+
+def test_most_recent_of_equal_length_matches_wins() -> None:
+    found = LOOKUP.propose([8, 1, 8, 2, 8], 1)
+    assert found.match_length == 1 and found.tokens == [2]
+
+
+def test_overlapping_match_repeats_the_loop() -> None:
+    # period-2 loop: the copy runs into the suffix and goes on repeating
+    found = LOOKUP.propose([1, 2, 1, 2, 1, 2], 5)
+    assert found.tokens == [1, 2, 1, 2, 1]
+    # the match at the very end: "3 3" matched one position earlier
+    assert LOOKUP.propose([4, 3, 3], 3).tokens == [3, 3, 3]
+
+
+def test_min_ngram_is_respected() -> None:
+    strict = PromptLookup(LookupConfig(min_ngram=2, max_ngram=3))
+    assert strict.propose([8, 1, 8, 2, 8], 2).tokens == []  # only 1-token matches exist
+    assert strict.propose([5, 8, 1, 5, 8], 1).tokens == [1]
+
+
+def test_window_limits_the_search_but_positions_stay_absolute() -> None:
+    windowed = PromptLookup(LookupConfig(window=4))
+    assert windowed.propose([1, 2, 3, 9, 9, 9, 1, 2], 1).tokens == []  # the old "1 2" is outside
+    found = windowed.propose([0, 0, 0, 5, 6, 5], 1)
+    assert found.tokens == [6] and found.position == 4
+
+
+@given(st.lists(st.integers(0, 3), min_size=2, max_size=40), st.integers(1, 6))
+def test_proposal_is_a_true_continuation(context: list[int], k: int) -> None:
+    """Whatever matched, the suffix really occurs at the reported place, and the proposal is
+    what follows it there (extended periodically past the end)."""
+    found = LOOKUP.propose(context, k)
+    if not found.tokens:
+        return
+    n, start = found.match_length, found.position
+    assert context[start - n : start] == context[len(context) - n :]
+    assert start - n < len(context) - n
+    for i, token in enumerate(found.tokens):
+        assert token == (context + found.tokens)[start + i]
+    assert len(found.tokens) == k
+
+
+def test_bad_config_and_arguments() -> None:
+    with pytest.raises(ValueError, match="min_ngram"):
+        LookupConfig(min_ngram=3, max_ngram=2)
+    with pytest.raises(ValueError):
+        LookupConfig(min_ngram=0)
+    with pytest.raises(EntMTPError, match="max_tokens"):
+        LOOKUP.propose([1, 2], -1)
+
+
+def test_stats_ema_of_accepted_fraction() -> None:
+    stats = LookupStats(alpha=0.5)
+    assert stats.accept_rate == 0.0
+    stats.observe(4, 4)
+    assert stats.accept_rate == 1.0
+    stats.observe(4, 0)
+    assert stats.accept_rate == 0.5
+    stats.observe(0, 0)  # no lookup this step: unchanged
+    assert stats.accept_rate == 0.5 and stats.proposed == 8 and stats.accepted == 4
+    found = LOOKUP.propose([1, 2, 1], 2)
+    assert stats.features(found) == {"lookup_match": 1.0, "lookup_tokens": 2.0, "lookup_accept_rate": 0.5}
