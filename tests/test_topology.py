@@ -19,7 +19,7 @@ from entmtp_vllm import topology
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.topology import TopologyBank, TreeBuffers, build_tree_buffers
 from entmtp_vllm.tree import LOOKUP, Tree
-from conftest import prefix_closed_choices
+from _tree_strategies import prefix_closed_choices
 
 
 def _is_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
