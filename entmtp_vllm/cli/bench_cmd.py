@@ -1,4 +1,5 @@
-"""`entmtp bench offline`: throughput and acceptance of decoding methods on prompt sets."""
+"""`entmtp bench offline|serve`: decoding methods on prompt sets (reference engine), and load tests of
+OpenAI-compatible servers (`serve`, `serve --compare` starts vLLM / ngram / EntMTP servers itself)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,127 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     offline.add_argument("--out", help="folder for offline.json / offline.md / offline.png")
     offline.add_argument("--no-progress", action="store_true", help="no progress bars")
     offline.set_defaults(func=run_offline_cmd)
+    register_serve(sub)
+
+
+def register_serve(sub: argparse._SubParsersAction) -> None:
+    from entmtp_vllm.bench.serve import DEFAULT_BASE_URL, COMPARE_METHODS
+
+    serve = sub.add_parser(
+        "serve",
+        help="load-test an OpenAI-compatible server: TTFT, TPOT, ITL, tok/s, acceptance per concurrency level",
+        description="Send streaming requests built from prompt sets to an OpenAI-compatible server, one "
+        "concurrency level after another, and report TTFT / TPOT / ITL (mean, p50, p90, p99), output tok/s, "
+        "requests/s, failures and, when the server's /metrics has them, vLLM's spec-decode counters and the "
+        "entmtp_ series over each level. With --compare it starts the servers itself, one after another, for "
+        "the same model: vLLM without speculation, vLLM's ngram method, and EntMTP, and compares them.",
+    )
+    serve.add_argument("--base-url", default=DEFAULT_BASE_URL, help="the server's OpenAI API root (default: %(default)s)")
+    serve.add_argument("--model", help="model name to request (default: the server's first model; with --compare: "
+                       "the model folder or hub id to serve, default the embedded SmolLM2)")
+    serve.add_argument("--dataset", default="mt_bench", help="prompt set(s), comma-separated (default: %(default)s)")
+    add_prompt_args(serve, n_default=32)
+    serve.add_argument("--concurrency", default="1,4,16", help="comma-separated concurrency levels (default: %(default)s)")
+    serve.add_argument("--max-tokens", type=int, default=128, help="max new tokens per request (default: %(default)s)")
+    serve.add_argument("--temperature", type=float, default=0.0, help="sampling temperature, 0 = greedy (default: %(default)s)")
+    serve.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens (vLLM's ignore_eos)")
+    serve.add_argument("--duration", type=float, help="seconds per level: keep sending prompts cyclically (soak test)")
+    serve.add_argument("--chat", action=argparse.BooleanOptionalAction, default=True,
+                       help="chat completions (default) or plain completions with the raw prompt text")
+    serve.add_argument("--warmup", type=int, default=1, help="warm-up requests before the first level (default: %(default)s)")
+    serve.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request (default: %(default)s)")
+    serve.add_argument("--out", help="folder for serve.json / serve.md / serve.png (compare.* and server logs with --compare)")
+    serve.add_argument("--no-progress", action="store_true", help="no progress bars")
+    group = serve.add_argument_group("--compare (starts the servers itself)")
+    group.add_argument("--compare", action="store_true", help="compare vLLM without speculation, ngram and EntMTP")
+    group.add_argument("--methods", default=",".join(COMPARE_METHODS),
+                       help="servers to compare, comma-separated (default: %(default)s; ratios are against vllm)")
+    group.add_argument("--server-args", default="", help='extra `vllm serve` arguments for every server, e.g. '
+                       '"--dtype float32 --max-model-len 2048"')
+    group.add_argument("--health-timeout", type=float, default=600.0,
+                       help="seconds a server may take to become healthy (default: %(default)s)")
+    group.add_argument("--eager", action=argparse.BooleanOptionalAction, default=True,
+                       help="pass --enforce-eager to every server (default on)")
+    group.add_argument("--heads", help="EntMTP heads folder (default: the shipped Hydra heads)")
+    group.add_argument("--bank", help="EntMTP bank file, choices JSON or tree shape (default: entmtp serve's)")
+    group.add_argument("--tree", help="EntMTP: keep only this tree of the bank")
+    group.add_argument("--policy", help="EntMTP policy string (default: the bank's)")
+    group.add_argument("--acceptance", choices=("greedy", "typical", "lossless"), help="EntMTP acceptance rule for sampled requests")
+    group.add_argument("--num-speculative-tokens", type=int, help="EntMTP draft budget (default: largest tree's nodes - 1)")
+    group.add_argument("--ngram-config", default="4,4,2", help="ngram: num_speculative_tokens,prompt_lookup_max,"
+                       "prompt_lookup_min (default: %(default)s)")
+    serve.set_defaults(func=run_serve_cmd)
+
+
+def run_serve_cmd(args: argparse.Namespace) -> int:
+    import shlex
+
+    from entmtp_vllm.bench import serve as bench
+
+    datasets = [name.strip() for name in args.dataset.split(",") if name.strip()]
+    if not datasets:
+        raise EntMTPError("--dataset names no prompt set")
+    common = dict(
+        datasets=datasets,
+        num_prompts=args.num_prompts,
+        seed=args.seed,
+        split=args.split,
+        category=args.category,
+        data_path=args.data_path,
+        concurrency=bench.parse_int_list(args.concurrency, "--concurrency"),
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        ignore_eos=args.ignore_eos,
+        duration=args.duration,
+        chat=args.chat,
+        warmup=args.warmup,
+        request_timeout=args.request_timeout,
+        model=args.model,
+    )
+    progress = not args.no_progress
+    if not args.compare:
+        config = bench.make_config(bench.ServeBenchConfig, base_url=args.base_url, **common)
+        results = bench.run_serve_bench(config, progress=progress)
+        print(bench.markdown_report(results), end="")
+        if args.out:
+            paths = bench.write_report(results, args.out)
+            print(f"wrote {paths['json']}, {paths['markdown']}, {paths['png']}", file=sys.stderr)
+        return 0
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in bench.COMPARE_METHODS]
+    if unknown:
+        raise EntMTPError(f"--methods: unknown server {unknown[0]!r}; choose from {', '.join(bench.COMPARE_METHODS)}")
+    ngram = bench.parse_int_list(args.ngram_config, "--ngram-config")
+    if len(ngram) != 3:
+        raise EntMTPError("--ngram-config takes three integers: num_speculative_tokens,prompt_lookup_max,prompt_lookup_min")
+    try:
+        server_args = shlex.split(args.server_args)
+    except ValueError as exc:
+        raise EntMTPError(f"--server-args: {exc}") from None
+    config = bench.make_config(
+        bench.CompareConfig,
+        **common,
+        methods=methods,
+        server_args=server_args,
+        eager=args.eager,
+        health_timeout=args.health_timeout,
+        ngram_num_speculative_tokens=ngram[0],
+        ngram_prompt_lookup_max=ngram[1],
+        ngram_prompt_lookup_min=ngram[2],
+        heads=args.heads,
+        bank=args.bank,
+        tree=args.tree,
+        policy=args.policy,
+        acceptance=args.acceptance,
+        num_speculative_tokens=args.num_speculative_tokens,
+        out=args.out,
+    )
+    log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
+    results = bench.run_compare(config, progress=progress, log=log)
+    print(bench.compare_markdown(results), end="")
+    paths = bench.write_compare_report(results, results["config"]["out"])
+    print(f"wrote {paths['json']}, {paths['markdown']}, {paths['png']}", file=sys.stderr)
+    return 0
 
 
 def run_offline_cmd(args: argparse.Namespace) -> int:

