@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from entmtp_vllm.bank_file import BANK_FORMAT, load_bank, load_tree_source
 from entmtp_vllm.config import TypicalConfig
 from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.lookup import LookupConfig
 from entmtp_vllm.policies import Policy, make_policy, parse_policy_arg, validate_policy_config
 from entmtp_vllm.topology import TopologyBank
 
@@ -61,7 +62,8 @@ class EntMTPConfig(_Model):
 
     bank: str = DEFAULT_TREE
     """Where the trees come from: a bank file, a choices JSON file, or a generated shape
-    (`chain:K`, `full:B^D`, `full:b1,b2,...`)."""
+    (`chain:K`, `full:B^D`, `full:b1,b2,...`, `lookup:L`, or a union such as
+    `lookup:4+chain:1`: a prompt-lookup chain beside the heads' tree)."""
 
     tree: str | None = None
     """Keep only the tree with this name from `bank` (a bank file or choices file with several)."""
@@ -80,6 +82,9 @@ class EntMTPConfig(_Model):
 
     typical: TypicalConfig = TypicalConfig()
     """Thresholds of typical acceptance (epsilon, alpha)."""
+
+    lookup: LookupConfig = LookupConfig()
+    """Prompt-lookup settings (n-gram sizes, search window) for hybrid trees."""
 
     batch_fallback: BatchFallback | None = None
     """Use one conservative tree for every request when the batch is large; None: never."""

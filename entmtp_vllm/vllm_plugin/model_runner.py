@@ -166,7 +166,7 @@ class EntMTPCPUModelRunner(CPUModelRunner):
             n = len(drafts)
             if int(num_scheduled_tokens[i]) != n + 1 or list(drafts) != proposal.drafts[:n]:
                 continue  # placeholders (-1), or drafts that are not this proposal's
-            buffers, chain = drafter.subtree(proposal.tree_index, n + 1)
+            buffers, chain = drafter.subtree(proposal.tree_index, n + 1, proposal.lookup_length)
             trees[i] = Verification(buffers, proposal.tokens[: n + 1], chain, -1)
             if not chain:
                 start = int(starts[i])
@@ -260,6 +260,9 @@ class EntMTPCPUModelRunner(CPUModelRunner):
                 accept_lengths.append(len(emitted))
                 moves = [(j, node) for j, node in enumerate(accepted) if node != j]
                 drafter.record_verification(tree.buffers.num_nodes - 1, len(accepted) - 1, len(moves))
+                if tree.buffers.lookup_nodes:
+                    lookup = set(tree.buffers.lookup_nodes)
+                    drafter.record_lookup(batch.req_ids[i], len(lookup), len(lookup.intersection(accepted)))
                 start = int(plan.starts[i])
                 for j, node in moves:  # a chain never moves: only non-chain trees were captured
                     sources.append(tree.capture_start + node)
@@ -320,6 +323,11 @@ class EntMTPCPUModelRunner(CPUModelRunner):
         if plan is None or plan.outcomes is None:
             return [[] for _ in req_ids]
         requests: list[DraftRequest | None] = []
+        want_context = drafter.lookup is not None
+        # After sampling, vLLM's bookkeeping has appended this step's tokens: row i of
+        # token_ids_cpu up to num_tokens_no_spec[i] is the request's context, ending with the root.
+        token_ids = self.input_batch.token_ids_cpu
+        lengths = self.input_batch.num_tokens_no_spec
         for i, req_id in enumerate(req_ids):
             sampled = sampled_token_ids[i] if i < len(sampled_token_ids) else None
             if not sampled or i >= plan.num_reqs:
@@ -339,6 +347,7 @@ class EntMTPCPUModelRunner(CPUModelRunner):
                     p0=p0,
                     entropy=entropy,
                     accept_length=accept_length,
+                    context=token_ids[i, : int(lengths[i])] if want_context else None,
                 )
             )
         return drafter.propose_trees(requests, batch_size=len(req_ids))
