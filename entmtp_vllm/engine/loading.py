@@ -63,10 +63,12 @@ def default_heads_folder(kind: str = "hydra") -> Path:
     return Path(default_heads_path(kind))
 
 
-def load_drafter(heads: str | os.PathLike[str] | None, model, kind: str = "hydra"):
+def load_drafter(heads: str | os.PathLike[str] | None, model, kind: str = "hydra", full_vocab: bool = False):
     """A `TreeDrafter` over the heads in folder `heads` (None: the shipped `kind` heads),
-    checked against `model` (hidden size, vocabulary) and cast to its dtype."""
+    checked against `model` (hidden size, vocabulary) and cast to its dtype. The heads rank
+    only the folder's draft vocabulary (`draft_vocab.json`) when it has one, unless `full_vocab`."""
     from entmtp_vllm.heads.checkpoint import load_heads
+    from entmtp_vllm.heads.draft_vocab import load_draft_vocab
     from entmtp_vllm.heads.drafting import TreeDrafter
 
     folder = Path(heads) if heads is not None else default_heads_folder(kind)
@@ -78,7 +80,10 @@ def load_drafter(heads: str | os.PathLike[str] | None, model, kind: str = "hydra
         )
     param = next(model.parameters())
     loaded = load_heads(folder, model.config, dtype=param.dtype, device=param.device)
-    return TreeDrafter(loaded, model.get_input_embeddings().weight, model.get_output_embeddings().weight)
+    vocab = None if full_vocab or loaded.own_lm_head else load_draft_vocab(folder, loaded.vocab_size)
+    return TreeDrafter(
+        loaded, model.get_input_embeddings().weight, model.get_output_embeddings().weight, draft_vocab=vocab
+    )
 
 
 def load_trees(

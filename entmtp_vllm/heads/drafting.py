@@ -18,6 +18,9 @@ Hybrid trees: the lookup nodes (rank `LOOKUP`) take their tokens from `lookup_to
 see `TopologyBank.buffers(..., lookup_length=)`); head nodes below them see those tokens
 on their path like any other.
 
+`draft_vocab` (optional, long[K]): the heads rank only these token ids (the LM-head rows
+are sliced once); drafts are mapped back to full-vocabulary ids. See `draft_vocab.py`.
+
 `draft_probs` (only with `want_probs=True`; [N, V] is large) holds, in row i,
 the head distribution node i's token was taken from (the softmax of head d at
 node i's parent); row 0 (the root) is zero. Lossless acceptance needs it.
@@ -50,7 +53,13 @@ class Draft:
 class TreeDrafter:
     """Drafts token trees from `heads` for one sequence at a time (batch 1)."""
 
-    def __init__(self, heads: DraftHeads, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor | None = None) -> None:
+    def __init__(
+        self,
+        heads: DraftHeads,
+        embed_weight: torch.Tensor,
+        lm_head_weight: torch.Tensor | None = None,
+        draft_vocab: torch.Tensor | None = None,
+    ) -> None:
         self.heads = heads.eval()
         param = next(heads.parameters())
         self.dtype, self.device = param.dtype, param.device
@@ -65,6 +74,12 @@ class TreeDrafter:
                     f"({heads.vocab_size}, {heads.hidden_size}): use heads trained for this model"
                 )
         self.prefix_cache = PrefixCache() if heads.prefix is not None else None
+        self.draft_vocab = None
+        if draft_vocab is not None:
+            if lm_head_weight is None or heads.own_lm_head:
+                raise EntMTPError("a draft vocabulary needs heads that share the base model's LM head")
+            self.draft_vocab = draft_vocab.to(lm_head_weight.device, torch.long)
+            self.lm_head_weight = lm_head_weight[self.draft_vocab].contiguous()
 
     @property
     def max_depth(self) -> int:
@@ -144,12 +159,16 @@ class DraftStep:
         key = self._key(path)
         cached = self._topk.get(key)
         if cached is None or len(cached) < k:
-            cached = self._logits[key].topk(k).indices.tolist()
+            indices = self._logits[key].topk(k).indices
+            if self.drafter.draft_vocab is not None:
+                indices = self.drafter.draft_vocab[indices]
+            cached = indices.tolist()
             self._topk[key] = cached
         return cached[:k]
 
     def logits(self, path: Path_) -> torch.Tensor:
-        """Head len(path)+1's logits at the node `path` (computed if needed)."""
+        """Head len(path)+1's logits at the node `path` (computed if needed); over the draft
+        vocabulary when the drafter has one."""
         self._ensure(path)
         self._compute([path])
         return self._logits[self._key(path)]
@@ -220,6 +239,11 @@ class DraftStep:
                     continue
                 key = self._key(nodes[parents[i]])
                 if key not in cache:
-                    cache[key] = torch.softmax(self._logits[key], dim=-1).to(probs.device)
+                    row = torch.softmax(self._logits[key], dim=-1).to(probs.device)
+                    if self.drafter.draft_vocab is not None:  # zero outside the draft vocabulary
+                        row = torch.zeros(probs.shape[1], device=probs.device).index_copy_(
+                            0, self.drafter.draft_vocab.to(probs.device), row
+                        )
+                    cache[key] = row
                 probs[i] = cache[key]
         return Draft(out, probs)

@@ -21,7 +21,7 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from entmtp_vllm.bank_file import BANK_FORMAT, load_bank, load_tree_source
-from entmtp_vllm.config import TypicalConfig
+from entmtp_vllm.config import DEFAULT_TREE, TypicalConfig
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.lookup import LookupConfig
 from entmtp_vllm.policies import Policy, make_policy, parse_policy_arg, validate_policy_config
@@ -33,10 +33,6 @@ ADDITIONAL_CONFIG_KEY = "entmtp"
 PROPOSER_CLASS = "entmtp_vllm.EntMTP"
 """What `--speculative-config`'s `model` names to select EntMTP (vLLM's `custom_class`)."""
 
-# A small tree for CPU decoding with the embedded model (in bf16 a forward over <= 8 tokens
-# costs about one AR step): 2 candidates per depth, 3 deep, 7 nodes with the root. The
-# reference engine uses the same default tree.
-DEFAULT_TREE = "full:2,1,1"
 
 
 class _Model(BaseModel):
@@ -85,6 +81,11 @@ class EntMTPConfig(_Model):
 
     lookup: LookupConfig = LookupConfig()
     """Prompt-lookup settings (n-gram sizes, search window) for hybrid trees."""
+
+    draft_vocab: bool = True
+    """Let the heads rank only the heads folder's draft vocabulary (`draft_vocab.json`, the
+    model's most frequent output tokens) when it has one: several times cheaper drafting,
+    same outputs (the target verifies every draft). False: the full vocabulary."""
 
     batch_fallback: BatchFallback | None = None
     """Use one conservative tree for every request when the batch is large; None: never."""

@@ -194,7 +194,12 @@ class EntMTPProposer:
         embed, lm_head = _vocab_weights(target_model, self.model_config.get_vocab_size())
         self.device = embed.device
         heads = heads.to(device=embed.device, dtype=embed.dtype).eval()
-        self.drafter = TreeDrafter(heads, embed, lm_head)
+        vocab = None
+        if self.settings.draft_vocab and not heads.own_lm_head:
+            from entmtp_vllm.heads.draft_vocab import load_draft_vocab
+
+            vocab = load_draft_vocab(folder, heads.vocab_size)
+        self.drafter = TreeDrafter(heads, embed, lm_head, draft_vocab=vocab)
 
     def propose(self, *args: Any, **kwargs: Any) -> list[list[int]]:
         """vLLM's generic entry point: only reached when the EntMTP runner is missing."""
