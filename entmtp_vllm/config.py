@@ -13,6 +13,15 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 
+DEFAULT_TREE = "chain:1"
+"""The tree both engines use when no tree or bank is given (`entmtp generate`, `entmtp serve`,
+the plugin's `bank` setting). Measured best of chain:1..3, full:2,1, full:3,1 and full:2,1,1
+with the shipped Hydra heads, SmolLM2 in bf16 on one CPU thread
+(docs/results/c1_small_tree_sweep_bf16): on CPU each head call costs a full-vocabulary
+LM-head projection (~15-20% of a forward pass), so deeper drafts cost more than the extra
+accepted tokens bring."""
+
+
 class _Config(BaseModel):
     model_config = ConfigDict(use_attribute_docstrings=True, extra="forbid", frozen=True)
 
