@@ -313,6 +313,9 @@ VOCAB = 6
 DRAWS = 10_000
 P_VALUE = 1e-3
 STAT_TREE = build_tree_buffers(Tree.from_spec("full:3,2"))
+# A hybrid tree: a 2-token "lookup" chain (deterministic copies, which may repeat a top-k
+# sibling) beside and above top-k head nodes.
+HYBRID_TREE = build_tree_buffers(Tree.from_choices([[-1], [-1, -1], [-1, 0], [0], [1], [0, 0], [1, 0]]))
 
 
 class ToyModels:
@@ -338,17 +341,18 @@ class ToyModels:
 
 
 def draft_step(
-    models: ToyModels, prefix: tuple[int, ...], drafting: str, draws: int, g: torch.Generator
+    models: ToyModels, prefix: tuple[int, ...], drafting: str, draws: int, g: torch.Generator, tree=STAT_TREE
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Draft `draws` independent trees after `prefix` (its last token is the root).
 
     drafting: "topk" (node of rank r = r-th most likely draft token, q one-hot),
     "iid" (siblings drawn independently from q, SpecInfer), or "unique" (siblings drawn
     without replacement: each from q with earlier siblings removed, renormalised).
+    Lookup nodes (rank -1) copy a token that is a fixed function of the prefix (q one-hot).
     Returns draft tokens [draws, N], target logits [draws, N, V], draft_probs or None.
     """
-    n = STAT_TREE.num_nodes
-    parents, depths, ranks = STAT_TREE.parents.tolist(), STAT_TREE.depths.tolist(), STAT_TREE.ranks.tolist()
+    n = tree.num_nodes
+    parents, depths, ranks = tree.parents.tolist(), tree.depths.tolist(), tree.ranks.tolist()
     tokens = torch.zeros(draws, n, dtype=torch.long)
     tokens[:, 0] = prefix[-1] if prefix else 0
     value = torch.zeros(draws, n, dtype=torch.long)  # base-V value of each node's full prefix
@@ -358,11 +362,13 @@ def draft_step(
     for i in range(1, n):
         parent = parents[i]
         q = models.draft_probs[models.offsets[len(prefix) + depths[parent]] + value[:, parent]]
-        if drafting == "topk":
+        if ranks[i] == -1:  # a "prompt lookup" copy
+            token = (value[:, parent] * 5 + 2) % VOCAB
+        elif drafting == "topk":
             token = q.argsort(dim=-1, descending=True, stable=True)[:, ranks[i]]
         else:
             if drafting == "unique":
-                for sibling in STAT_TREE.children[parent][: ranks[i]]:
+                for sibling in tree.children[parent][: ranks[i]]:
                     q = q.scatter(1, tokens[:, sibling : sibling + 1], 0.0)
                 q = q / q.sum(dim=-1, keepdim=True)
             token = torch.multinomial(q, 1, generator=g).squeeze(1)
@@ -374,7 +380,7 @@ def draft_step(
 
 
 def first_two_tokens(
-    models: ToyModels, params: SamplingParams, drafting: str, seed: int, draws: int = DRAWS
+    models: ToyModels, params: SamplingParams, drafting: str, seed: int, draws: int = DRAWS, tree=STAT_TREE
 ) -> torch.Tensor:
     """The first two tokens emitted by `draws` independent runs of lossless decoding: [draws, 2].
 
@@ -383,17 +389,17 @@ def first_two_tokens(
     """
     g = torch.Generator().manual_seed(seed)
     out: list[list[int]] = []
-    tokens, logits, probs = draft_step(models, (), drafting, draws, g)
+    tokens, logits, probs = draft_step(models, (), drafting, draws, g, tree)
     for m in range(draws):
-        result = accept_lossless(STAT_TREE, tokens[m], logits[m], params, g, None if probs is None else probs[m])
+        result = accept_lossless(tree, tokens[m], logits[m], params, g, None if probs is None else probs[m])
         out.append(result.emitted(tokens[m])[:2])
     for first in range(VOCAB):
         waiting = [m for m, emitted in enumerate(out) if emitted == [first]]
         if not waiting:
             continue
-        tokens, logits, probs = draft_step(models, (first,), drafting, len(waiting), g)
+        tokens, logits, probs = draft_step(models, (first,), drafting, len(waiting), g, tree)
         for j, m in enumerate(waiting):
-            result = accept_lossless(STAT_TREE, tokens[j], logits[j], params, g, None if probs is None else probs[j])
+            result = accept_lossless(tree, tokens[j], logits[j], params, g, None if probs is None else probs[j])
             out[m].append(result.emitted(tokens[j])[0])
     return torch.tensor(out)
 
@@ -455,6 +461,17 @@ def test_lossless_first_two_tokens_follow_the_target(params: SamplingParams, dra
     """
     models = ToyModels(seed=11)
     samples = first_two_tokens(models, params, drafting, seed=2024)
+    first, pair = target_first_and_pair(models, params)
+    assert chi_square_pvalue(samples[:, 0], first) > P_VALUE
+    assert chi_square_pvalue(samples[:, 0] * VOCAB + samples[:, 1], pair) > P_VALUE
+
+
+def test_lossless_hybrid_tree_follows_the_target() -> None:
+    """Lookup copies are point masses like top-k drafts: a hybrid tree stays lossless, also
+    when a copy repeats a sibling's token."""
+    models = ToyModels(seed=11)
+    params = SamplingParams(temperature=1.0)
+    samples = first_two_tokens(models, params, "topk", seed=7, tree=HYBRID_TREE)
     first, pair = target_first_and_pair(models, params)
     assert chi_square_pvalue(samples[:, 0], first) > P_VALUE
     assert chi_square_pvalue(samples[:, 0] * VOCAB + samples[:, 1], pair) > P_VALUE
