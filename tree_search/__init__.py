@@ -1,0 +1,9 @@
+"""Offline tree search: the acceptance frontier (Algorithm 1), its debiasing, banks of frontier trees.
+
+- `calibration.py`: greedy trajectories and the heads' oracle ranks along them (cached per run);
+- `scoring.py`: one rollout scores a tree and all its one-node augmentations (what-if);
+- `frontier.py`: greedy growth, the resumable log, the whole `search frontier` run;
+- `debias.py`: self-rollout re-measurement with the reference engine (`search debias`);
+- `report.py`: Markdown, plot and `entmtp-bank` outputs; `cli.py`: the command line
+  (`entmtp search ...`, `python -m tree_search ...`).
+"""

@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "entmtp_vllm.cli.generate_cmd",
     "entmtp_vllm.cli.bench_cmd",
     "entmtp_vllm.cli.serve_cmd",
+    "entmtp_vllm.cli.search_cmd",
 )
 
 
@@ -38,8 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def run(parser: argparse.ArgumentParser, argv: list[str] | None = None, prog: str = "entmtp", on_interrupt: str = "") -> int:
+    """Parse `argv` and run the chosen command: EntMTPError -> one line on stderr, exit 2;
+    Ctrl-C -> `<prog>: interrupted<on_interrupt>`, exit 130."""
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
@@ -47,15 +49,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except EntMTPError as exc:
-        print(f"entmtp: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("entmtp: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted{on_interrupt}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # Output piped into `head` and closed early: not an error for a CLI.
         sys.stderr.close()
         return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(build_parser(), argv)
 
 
 if __name__ == "__main__":
