@@ -13,13 +13,13 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 
-DEFAULT_TREE = "chain:1"
-"""The tree both engines use when no tree or bank is given (`entmtp generate`, `entmtp serve`,
-the plugin's `bank` setting). Measured best of chain:1..3, full:2,1, full:3,1 and full:2,1,1
-with the shipped Hydra heads, SmolLM2 in bf16 on one CPU thread
-(docs/results/c1_small_tree_sweep_bf16): on CPU each head call costs a full-vocabulary
-LM-head projection (~15-20% of a forward pass), so deeper drafts cost more than the extra
-accepted tokens bring."""
+DEFAULT_BANK = str(Path(__file__).resolve().parent / "assets" / "banks" / "smollm2-135m-lookup-switch.json")
+"""The trees both engines use when no tree or bank is given (`entmtp generate`, `entmtp serve`,
+the plugin's `bank` setting): Hydra head 1 (one draft) on new text, a 5-token prompt-lookup
+chain while the output loops (hysteresis on the lookup match length). Measured best of the
+banks and static trees tried (docs/results/hybrid_sweep_calib: 1.74x AR in bf16 on one CPU
+thread; the best Hydra-only tree, chain:1, 1.27x). Model-agnostic in shape, but its
+thresholds were picked on SmolLM2."""
 
 
 class _Config(BaseModel):

@@ -974,10 +974,9 @@ class ServerProcess:
 def _entmtp_command(config: CompareConfig, model: str) -> list[str]:
     """`vllm serve` with EntMTP, built by `entmtp serve`'s own command builder."""
     from entmtp_vllm.cli.serve_cmd import build_command
-    from entmtp_vllm.vllm_plugin.config import DEFAULT_TREE
 
     args = argparse.Namespace(
-        model=model, heads=config.heads, bank=config.bank or DEFAULT_TREE, tree=config.tree, policy=config.policy,
+        model=model, heads=config.heads, bank=config.bank, tree=config.tree, policy=config.policy,
         acceptance=config.acceptance, num_speculative_tokens=config.num_speculative_tokens, dtype=None,
         eager=config.eager, dry_run=False, vllm_args=list(config.server_args),
     )

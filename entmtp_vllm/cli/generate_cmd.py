@@ -53,7 +53,6 @@ def set_threads(threads: int) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from entmtp_vllm.engine.defaults import DEFAULT_TREE
 
     parser = subparsers.add_parser(
         "generate",
@@ -67,7 +66,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--method", choices=("tree", "ar"), help="tree (default when heads exist) or ar")
     parser.add_argument(
         "--tree",
-        help=f"a tree: bank file, choices JSON file or generated shape ({SPEC_FORMS}); default {DEFAULT_TREE}",
+        help=f"a tree: bank file, choices JSON file or generated shape ({SPEC_FORMS}); default: the shipped "
+        "bank (Hydra head 1 on new text, a prompt-lookup chain while the output loops)",
     )
     parser.add_argument("--name", help="with --tree FILE: the tree of that name")
     parser.add_argument("--bank", help="a bank file of trees to switch between")

@@ -21,7 +21,6 @@ from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.model_store import resolve_model
 from entmtp_vllm.vllm_plugin.config import (
     ADDITIONAL_CONFIG_KEY,
-    DEFAULT_TREE,
     PROPOSER_CLASS,
     heads_folder,
     parse_config,
@@ -40,7 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--model", default=None, help="model folder or hub id (default: the embedded SmolLM2)")
     parser.add_argument("--heads", default=None, help="heads folder (default: the shipped Hydra heads)")
-    parser.add_argument("--bank", default=DEFAULT_TREE, help=f"bank file, choices JSON or tree shape (default {DEFAULT_TREE})")
+    parser.add_argument("--bank", default=None, help="bank file, choices JSON or tree shape such as lookup:4+chain:1 "
+                        "(default: the shipped bank: Hydra head 1 on new text, prompt lookup while the output loops)")
     parser.add_argument("--tree", default=None, help="keep only this tree of the bank")
     parser.add_argument("--policy", default=None, help="policy string, e.g. hysteresis:0.6:small,big (default: the bank's)")
     parser.add_argument("--acceptance", choices=("greedy", "typical", "lossless"), default=None,
@@ -57,13 +57,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def build_command(args: argparse.Namespace) -> list[str]:
     """The `vllm serve` command line for these arguments (validated)."""
-    settings: dict = {"bank": args.bank}
-    for key in ("heads", "tree", "policy", "acceptance"):
+    settings: dict = {}  # only what differs from the plugin's defaults
+    for key in ("bank", "heads", "tree", "policy", "acceptance"):
         value = getattr(args, key)
         if value is not None:
-            settings[key] = str(Path(value).resolve()) if key == "heads" else value
-    if Path(args.bank).exists():
-        settings["bank"] = str(Path(args.bank).resolve())
+            settings[key] = str(Path(value).resolve()) if key in ("bank", "heads") and Path(value).exists() else value
     resolved = resolve(parse_config(settings))
     needed = resolved.bank.max_nodes - 1
     num_spec = args.num_speculative_tokens if args.num_speculative_tokens is not None else needed
@@ -74,8 +72,9 @@ def build_command(args: argparse.Namespace) -> list[str]:
     command = [
         vllm, "serve", resolve_model(args.model),
         "--speculative-config", json.dumps({"model": PROPOSER_CLASS, "num_speculative_tokens": num_spec}),
-        "--additional-config", json.dumps({ADDITIONAL_CONFIG_KEY: settings}),
     ]
+    if settings:
+        command += ["--additional-config", json.dumps({ADDITIONAL_CONFIG_KEY: settings})]
     if args.dtype:
         command += ["--dtype", args.dtype]
     if args.eager:

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from entmtp_vllm.bank_file import load_bank, load_tree_source
-from entmtp_vllm.engine.defaults import DEFAULT_TREE, DTYPE_CHOICES
+from entmtp_vllm.engine.defaults import DEFAULT_BANK, DTYPE_CHOICES
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.policies import Policy, make_policy, parse_policy_arg
 from entmtp_vllm.topology import TopologyBank
@@ -94,17 +94,20 @@ def load_trees(
 ) -> tuple[TopologyBank, Policy, str]:
     """(bank, policy, label) from `--tree SPEC [--name N]` or `--bank FILE`, and `--policy`.
 
-    The policy defaults to the bank file's own policy, else static on the first tree.
+    Neither: the shipped default bank (`config.DEFAULT_BANK`). The policy defaults to the bank
+    file's own policy, else static on the first tree.
     """
     if tree is not None and bank is not None:
         raise EntMTPError("give either --tree or --bank, not both")
+    if tree is None and bank is None:
+        bank = DEFAULT_BANK
     if bank is not None:
         bank_file = load_bank(bank)
         topology = bank_file.topology_bank()
         config = policy if policy is not None else bank_file.policy
         label = f"bank:{Path(bank).name}"
     else:
-        spec = tree or DEFAULT_TREE
+        spec = tree
         named = load_tree_source(spec, name)
         topology = TopologyBank([t for _, t in named], [n for n, _ in named])
         config = policy

@@ -21,7 +21,7 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from entmtp_vllm.bank_file import BANK_FORMAT, load_bank, load_tree_source
-from entmtp_vllm.config import DEFAULT_TREE, TypicalConfig
+from entmtp_vllm.config import DEFAULT_BANK, TypicalConfig
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.lookup import LookupConfig
 from entmtp_vllm.policies import Policy, make_policy, parse_policy_arg, validate_policy_config
@@ -56,8 +56,9 @@ class EntMTPConfig(_Model):
     """Folder of a heads checkpoint (`heads.safetensors` + `heads.json`); None: the shipped
     Hydra heads of the embedded model."""
 
-    bank: str = DEFAULT_TREE
-    """Where the trees come from: a bank file, a choices JSON file, or a generated shape
+    bank: str = DEFAULT_BANK
+    """Where the trees come from (default: the shipped bank, `config.DEFAULT_BANK`, with its
+    policy): a bank file, a choices JSON file, or a generated shape
     (`chain:K`, `full:B^D`, `full:b1,b2,...`, `lookup:L`, or a union such as
     `lookup:4+chain:1`: a prompt-lookup chain beside the heads' tree)."""
 

@@ -10,12 +10,11 @@ from entmtp_vllm.vllm_plugin.config import EntMTPConfig, parse_config, resolve
 pytestmark = pytest.mark.vllm
 
 
-def test_defaults_are_a_small_static_tree():
-    from entmtp_vllm.config import DEFAULT_TREE
-
+def test_defaults_are_the_shipped_bank():
     resolved = resolve(parse_config(None), num_speculative_tokens=6)
-    assert resolved.bank.names == (DEFAULT_TREE,)  # the engines' shared default
+    assert resolved.bank.names == ("hydra", "loop")  # the shipped bank, the engines' shared default
     assert resolved.bank.max_nodes <= 7
+    assert resolved.policy.feature == "lookup_match"  # the bank's own policy
     assert resolved.fallback_tree is None
     assert EntMTPConfig().typical.epsilon == 0.09
 

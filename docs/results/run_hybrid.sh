@@ -1,0 +1,30 @@
+#!/bin/bash
+# Hybrid trees (prompt lookup + Hydra heads) vs lookup alone, Hydra alone and AR, reference engine.
+# Run from the repository root (one torch thread; an otherwise idle machine for the timings):
+#   nohup bash docs/results/run_hybrid.sh > docs/results/run_hybrid.log 2>&1 &
+# (d1) greedy, bf16, held-out MT-bench + ShareGPT prompts; (d2) T=0.7 typical; (d3) T=0.7 lossless.
+set -u
+cd "$(dirname "$0")/../.."
+ENT=.venv/bin/entmtp
+OUT=docs/results
+HYDRA=${HYDRA:-"tree:chain:1,tree:full:2,1"}
+LOOKUP=${LOOKUP:-"tree:lookup:4"}
+HYBRID=${HYBRID:-"tree:lookup:3+chain:1,tree:lookup:4+full:2,1"}
+STAGES=${STAGES:-"d1 d2 d3"}
+COMMON="--dataset mt_bench,sharegpt --split test --max-tokens 128 --dtype bfloat16 --no-progress"
+
+if [[ " $STAGES " == *" d1 "* ]]; then
+  echo "(d1) greedy: $(date)"
+  $ENT bench offline $COMMON -n 10 --methods "$HYDRA,$LOOKUP,$HYBRID" --out $OUT/d1_hybrid_greedy_bf16
+  echo "(d1) exit $?: $(date)"
+fi
+for mode in typical lossless; do
+  stage=$([ $mode = typical ] && echo d2 || echo d3)
+  if [[ " $STAGES " == *" $stage "* ]]; then
+    echo "($stage) T=0.7 $mode: $(date)"
+    $ENT bench offline $COMMON -n 6 --temperature 0.7 --acceptance $mode \
+      --methods "${HYDRA%%,*},$LOOKUP,${HYBRID%%,*}" --out $OUT/${stage}_hybrid_t07_${mode}_bf16
+    echo "($stage) exit $?: $(date)"
+  fi
+done
+echo "all done: $(date)"
