@@ -2,7 +2,8 @@
 # Hybrid trees (prompt lookup + Hydra heads) vs lookup alone, Hydra alone and AR, reference engine.
 # Run from the repository root (one torch thread; an otherwise idle machine for the timings):
 #   nohup bash docs/results/run_hybrid.sh > docs/results/run_hybrid.log 2>&1 &
-# (d1) greedy, bf16, held-out MT-bench + ShareGPT prompts; (d2) T=0.7 typical; (d3) T=0.7 lossless.
+# (d1) greedy, bf16, held-out MT-bench + ShareGPT prompts; (d2) T=0.7 typical; (d3) T=0.7 lossless;
+# (d4) the shipped default bank vs AR on the d1 prompts.
 set -u
 cd "$(dirname "$0")/../.."
 ENT=.venv/bin/entmtp
@@ -10,7 +11,7 @@ OUT=docs/results
 HYDRA=${HYDRA:-"tree:chain:1,tree:full:2,1"}
 LOOKUP=${LOOKUP:-"tree:lookup:4"}
 HYBRID=${HYBRID:-"tree:lookup:3+chain:1,tree:lookup:4+full:2,1"}
-STAGES=${STAGES:-"d1 d2 d3"}
+STAGES=${STAGES:-"d1 d2 d3 d4"}
 COMMON="--dataset mt_bench,sharegpt --split test --max-tokens 128 --dtype bfloat16 --no-progress"
 
 if [[ " $STAGES " == *" d1 "* ]]; then
@@ -27,4 +28,10 @@ for mode in typical lossless; do
     echo "($stage) exit $?: $(date)"
   fi
 done
+if [[ " $STAGES " == *" d4 "* ]]; then
+  echo "(d4) the default bank vs AR, greedy: $(date)"
+  $ENT bench offline $COMMON -n 10 --methods "bank:entmtp_vllm/assets/banks/smollm2-135m-lookup-switch.json" \
+    --out $OUT/d4_default_bank_greedy_bf16
+  echo "(d4) exit $?: $(date)"
+fi
 echo "all done: $(date)"
