@@ -40,13 +40,21 @@ class _Model(BaseModel):
 
 
 class BatchFallback(_Model):
-    """Under load, every request drafts with one (small) tree instead of its policy's choice."""
+    """Under load, every request drafts with one (small) tree instead of its policy's choice,
+    or with none (plain decoding)."""
 
     max_batch: int = Field(ge=1)
     """When a step runs more than this many requests, all of them use `tree`."""
 
-    tree: Union[str, int]
-    """The tree to fall back to: a bank name or a bank index."""
+    tree: Union[str, int, None] = None
+    """The tree to fall back to: a bank name or a bank index; None: no drafts at all (on CPU a
+    verified draft token costs about as much as a batch row, so large batches gain nothing)."""
+
+
+DEFAULT_BATCH_FALLBACK = BatchFallback(max_batch=4, tree=None)
+"""Measured on this CPU with the default bank (docs/results/f_serve_compare_greedy_bf16): 1.56x
+no speculation at concurrency 1, but 0.90x at concurrency 8 when every request drafts; above
+4 requests per step EntMTP therefore stops drafting."""
 
 
 class EntMTPConfig(_Model):
@@ -88,8 +96,9 @@ class EntMTPConfig(_Model):
     model's most frequent output tokens) when it has one: several times cheaper drafting,
     same outputs (the target verifies every draft). False: the full vocabulary."""
 
-    batch_fallback: BatchFallback | None = None
-    """Use one conservative tree for every request when the batch is large; None: never."""
+    batch_fallback: BatchFallback | None = DEFAULT_BATCH_FALLBACK
+    """Above `max_batch` requests per step, draft `tree` for every request (tree None: no
+    drafts); None: never fall back. Default: no drafts above 4 requests."""
 
     debug_disable_compaction: bool = False
     """Testing only: skip the KV compaction after verification. Outputs become WRONG whenever a
@@ -182,7 +191,7 @@ def resolve(config: EntMTPConfig, num_speculative_tokens: int | None = None) -> 
     policy = make_policy(policy_config, bank)
 
     fallback = None
-    if config.batch_fallback is not None:
+    if config.batch_fallback is not None and config.batch_fallback.tree is not None:
         ref = config.batch_fallback.tree
         if isinstance(ref, int):
             if not 0 <= ref < len(bank):

@@ -255,6 +255,10 @@ class EntMTPProposer:
         depth = self.bank.head_depth
         drafts: list[list[int]] = []
         chosen: set[int] = set()
+        if use_fallback and self.fallback_tree is None:  # plain decoding for this step
+            self.stats.fallback_steps += sum(r is not None for r in requests)
+            metrics.count("fallback_steps", sum(r is not None for r in requests))
+            return [[] for _ in requests]
         for request in requests:
             if request is None:
                 drafts.append([])

@@ -2,7 +2,8 @@
 
     python _reference.py JOB.json OUT.json
 
-JOB.json: {"model", "prompts", "max_tokens", "temperature"?, "seeds"?}; OUT.json: the generated
+JOB.json: {"model", "prompts", "max_tokens", "temperature"?, "seeds"?, "extra"? (more SamplingParams
+fields)}; OUT.json: the generated
 token ids per prompt (greedy, or sampled with one seed per prompt).
 Same engine settings as the EntMTP engines of the tests (_vllm_engine.engine_kwargs).
 """
@@ -23,7 +24,7 @@ def main() -> None:
 
     job = json.loads(Path(sys.argv[1]).read_text())
     llm = LLM(**engine_kwargs(job["model"]))
-    params = sampling_params(job["max_tokens"], job.get("temperature", 0.0), job.get("seeds"))
+    params = sampling_params(job["max_tokens"], job.get("temperature", 0.0), job.get("seeds"), **job.get("extra", {}))
     ids = generate_ids(llm, job["prompts"], params)
     tmp = Path(sys.argv[2] + ".tmp")
     tmp.write_text(json.dumps(ids))

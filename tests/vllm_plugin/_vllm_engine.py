@@ -51,7 +51,8 @@ def make_llm(
     kwargs = {**engine_kwargs(model), **extra}
     if entmtp is not None:
         kwargs["speculative_config"] = {"model": proposer, "num_speculative_tokens": num_speculative_tokens}
-        kwargs["additional_config"] = {"entmtp": entmtp}
+        # Tests submit large batches: keep every request drafting unless a test sets a fallback.
+        kwargs["additional_config"] = {"entmtp": {"batch_fallback": None, **entmtp}}
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process: tests reach the drafter
         patch.setenv("VLLM_CPU_KVCACHE_SPACE", os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))
@@ -64,13 +65,14 @@ def greedy_params(max_tokens: int = MAX_TOKENS):
     return SamplingParams(temperature=0.0, max_tokens=max_tokens)
 
 
-def sampling_params(max_tokens: int, temperature: float = 0.0, seeds: list[int] | None = None):
-    """One SamplingParams (greedy) or one per prompt, each with its own seed."""
+def sampling_params(max_tokens: int, temperature: float = 0.0, seeds: list[int] | None = None, **extra):
+    """One SamplingParams (greedy) or one per prompt, each with its own seed; `extra`: further
+    SamplingParams fields (e.g. repetition_penalty)."""
     from vllm import SamplingParams
 
     if seeds is None:
-        return SamplingParams(temperature=temperature, max_tokens=max_tokens)
-    return [SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed) for seed in seeds]
+        return SamplingParams(temperature=temperature, max_tokens=max_tokens, **extra)
+    return [SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed, **extra) for seed in seeds]
 
 
 def run_reference(request, job: dict) -> list[list[int]]:

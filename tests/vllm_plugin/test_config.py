@@ -15,7 +15,7 @@ def test_defaults_are_the_shipped_bank():
     assert resolved.bank.names == ("hydra", "loop")  # the shipped bank, the engines' shared default
     assert resolved.bank.max_nodes <= 7
     assert resolved.policy.feature == "lookup_match"  # the bank's own policy
-    assert resolved.fallback_tree is None
+    assert resolved.fallback_tree is None and resolved.fallback_max_batch == 4  # no drafts above 4
     assert EntMTPConfig().typical.epsilon == 0.09
 
 

@@ -87,6 +87,15 @@ def test_batch_fallback_above_max_batch():
     assert proposer.stats.fallback_steps == 2
 
 
+def test_default_fallback_stops_drafting_above_four_requests():
+    proposer = _proposer({"bank": "full:2,1,1"})  # default batch_fallback: max 4, no tree
+    drafts = proposer.propose_trees([_request(str(i)) for i in range(5)], batch_size=5)
+    assert drafts == [[]] * 5 and proposer.stats.fallback_steps == 5
+    assert all(proposer.take_proposal(str(i)) is None for i in range(5))
+    drafts = proposer.propose_trees([_request(str(i)) for i in range(4)], batch_size=4)
+    assert all(len(d) == 6 for d in drafts)  # full:2,1,1 drafts 6 nodes
+
+
 def test_without_the_entmtp_runner_the_error_names_the_worker():
     proposer = _proposer({"bank": "full:2,1,1"})
     with pytest.raises(EntMTPError, match="--worker-cls entmtp_vllm.vllm_plugin.worker.EntMTPCPUWorker"):
