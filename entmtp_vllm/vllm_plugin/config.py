@@ -52,9 +52,11 @@ class BatchFallback(_Model):
 
 
 DEFAULT_BATCH_FALLBACK = BatchFallback(max_batch=4, tree=None)
-"""Measured on this CPU with the default bank (docs/results/f_serve_compare_greedy_bf16): 1.56x
-no speculation at concurrency 1, but 0.90x at concurrency 8 when every request drafts; above
-4 requests per step EntMTP therefore stops drafting."""
+"""Measured on this CPU with the default bank: 1.56x no speculation at concurrency 1, 1.14x at
+4, but 0.90x at 8 when every request drafts (docs/results/f_serve_compare_greedy_bf16, f2_...);
+above 4 requests per step EntMTP therefore stops drafting. That alone did not restore parity at
+8 (0.83x in a noisier run): the rest of the gap is the runner's per-step cost, e.g. vLLM turns
+async scheduling off for third-party proposers."""
 
 
 class EntMTPConfig(_Model):
