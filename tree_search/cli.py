@@ -1,4 +1,5 @@
-"""Command line of the tree search: `entmtp search frontier|debias` and `python -m tree_search frontier|debias`.
+"""Command line of the tree search: `entmtp search frontier|debias|throughput|calibrate|regimes` and
+`python -m tree_search ...`.
 
 Both entry points share these parsers; user errors (`EntMTPError`) become one line on stderr and
 exit status 2, as everywhere in `entmtp`.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from entmtp_vllm.errors import EntMTPError
 
@@ -15,7 +17,9 @@ DESCRIPTION = (
     "Offline tree search. `frontier` grows a draft tree greedily (the paper's Algorithm 1, the acceptance "
     "frontier): at each step every one-node augmentation of the current tree is scored in one rollout over "
     "the calibration prompts, and the best is added. `debias` re-measures chosen frontier trees with the "
-    "real reference engine (Appendix B)."
+    "real reference engine (Appendix B). `throughput` times frontier trees end to end and keeps the "
+    "throughput-Pareto trees as the task's bank; `calibrate` picks the scheduler (EntMTP^τ, ladder) for that "
+    "bank; `regimes` relates per-step features to the next accept length (Appendix A)."
 )
 
 FRONTIER_DESCRIPTION = """\
@@ -45,6 +49,34 @@ the tree's own teacher-forced τ, self-rollout τ, Δ% = (biased - self) / self 
 as debias.md + debias.json, and bank_debiased.json (self τ and tok/s as `measured`)."""
 
 
+THROUGHPUT_DESCRIPTION = """\
+Time chosen frontier trees, the published reference tree and AR end to end in the reference
+engine, with the protocol of `entmtp bench offline` (its own run: one warm-up generation per
+method excluded, prefill timed, methods taking turns prompt by prompt), greedy. Prompts: the
+frontier data set's --split (default test: held out from the calibration). Keeps the
+throughput-Pareto frontier trees (no other tree at most as large and at least as fast) as
+bank_throughput.json (measured τ and tok/s filled; policy: static on the fastest tree, EntMTP*),
+and writes throughput.md / .json / .png (tok/s vs size, Pareto set marked) in <frontier>/throughput."""
+
+CALIBRATE_DESCRIPTION = """\
+Calibrate the scheduler for a bank: EntMTP^τ (hysteresis on the path value s between a conservative
+and an aggressive tree: the paper's τ grid 0.001..0.05, τ_off < τ_on variants and τ at quantiles of
+the observed s) and the ladder (edges at quantiles of s). Every policy is replayed over the
+frontier's calibration trajectories (greedy: same tokens for every policy; features and accept
+lengths exact), with the per-step costs measured by `search throughput`: predicted tok/s. The best
+few are checked in the engine on --num-prompts calibration prompts, the best is written into the
+bank's `policy`, and a held-out run on --test-n test prompts compares AR, the reference tree,
+EntMTP* (best static) and EntMTP^τ (Table 1). Outputs in <frontier>/calibrate."""
+
+REGIMES_DESCRIPTION = """\
+Run one static tree in the reference engine on the frontier's calibration prompts (greedy), log
+every step's features (what the policy sees before the step) and accept length (steps.jsonl,
+resumable), and report per feature the Pearson r with the next step's accept length and, for the
+event "the next step accepts only the bonus token", each feature's AUROC and a logistic
+regression's AUROC on held-out prompts (split by prompt, never by row). With --combine, merges
+several tasks' regimes.json into one heatmap + table."""
+
+
 def _threads(value: int) -> None:
     import torch
 
@@ -70,6 +102,7 @@ def add_prompt_args(parser: argparse.ArgumentParser) -> None:
 def add_actions(sub: argparse._SubParsersAction) -> None:
     """The `frontier` and `debias` subcommands."""
     from entmtp_vllm.engine.defaults import DTYPE_CHOICES
+    from entmtp_vllm.prompts import SPLITS
 
     from tree_search.frontier import DEFAULT_BANK_SIZES, REFERENCE_TREE
     from tree_search.scoring import SCORERS
@@ -112,10 +145,105 @@ def add_actions(sub: argparse._SubParsersAction) -> None:
     debias.add_argument("--frontier", required=True, help="a folder written by `search frontier`")
     debias.add_argument("--sizes", help="comma-separated frontier sizes (default: the bank sizes it reached)")
     debias.add_argument("--reference", help="also self-roll a published tree (same forms as `frontier --reference`)")
+    debias.add_argument("-n", "--num-prompts", type=int,
+                        help="only the first N calibration prompts (default: all; biased τ is recomputed on them)")
     debias.add_argument("--out", help="where debias.md / debias.json / bank_debiased.json go (default: the frontier folder)")
     debias.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
     debias.add_argument("--no-progress", action="store_true", help="no progress bars")
     debias.set_defaults(func=run_debias_cmd)
+
+    throughput = sub.add_parser(
+        "throughput",
+        help="time frontier trees end to end; keep the throughput-Pareto trees as the task's bank",
+        description=THROUGHPUT_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    throughput.add_argument("--frontier", required=True, help="a folder written by `search frontier`")
+    throughput.add_argument("--sizes", help="comma-separated frontier sizes (default: the bank sizes it reached)")
+    throughput.add_argument("--reference", default=REFERENCE_TREE,
+                            help="published tree to time too (same forms as `frontier --reference`; 'none' for none; "
+                            "default: %(default)s)")
+    throughput.add_argument("--dtype", choices=DTYPE_CHOICES, default="bfloat16", help="model precision (default: %(default)s)")
+    throughput.add_argument("-n", "--num-prompts", type=int, default=10, help="prompts timed (default: %(default)s)")
+    throughput.add_argument("--split", choices=SPLITS, default="test",
+                            help="prompt split of the frontier's data set (default: %(default)s, held out)")
+    throughput.add_argument("--seed", type=int, help="subsampling seed (default: the frontier's)")
+    throughput.add_argument("--max-tokens", type=int, help="new tokens per prompt (default: the frontier's)")
+    throughput.add_argument("--out", help="output folder (default: <frontier>/throughput)")
+    throughput.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
+    throughput.add_argument("--no-progress", action="store_true", help="no progress bars")
+    throughput.set_defaults(func=run_throughput_cmd)
+
+    calibrate = sub.add_parser(
+        "calibrate",
+        help="choose the scheduler (EntMTP^τ hysteresis, ladder) for a bank and write it into the bank",
+        description=CALIBRATE_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    calibrate.add_argument("--bank", required=True, help="bank file to calibrate (e.g. <frontier>/throughput/bank_throughput.json); "
+                           "its `policy` is replaced")
+    calibrate.add_argument("--frontier", required=True, help="the frontier folder (its calibration trajectories)")
+    calibrate.add_argument("--throughput", help="throughput.json with the step costs (default: the bank's metadata)")
+    calibrate.add_argument("--dtype", choices=DTYPE_CHOICES, default="bfloat16",
+                           help="precision of the engine runs (default: %(default)s; the replay uses the frontier's)")
+    calibrate.add_argument("-n", "--num-prompts", type=int, default=10,
+                           help="calibration prompts of the engine check; 0 for none (default: %(default)s)")
+    calibrate.add_argument("--test-n", type=int, default=10,
+                           help="test prompts of the held-out Table-1 run; 0 for none (default: %(default)s)")
+    calibrate.add_argument("--check-top", type=int, default=3,
+                           help="best predicted scheduler policies timed in the engine check (default: %(default)s)")
+    calibrate.add_argument("--select", choices=("predicted", "measured"), default="predicted",
+                           help="choose by replay-predicted tok/s over all calibration prompts, or by the engine "
+                           "check's measured tok/s (default: %(default)s)")
+    calibrate.add_argument("--candidates", choices=("bank", "timed"), default="timed",
+                           help="trees a policy may use: the bank's only, or also every frontier tree the throughput "
+                           "run timed (added to the bank when the chosen policy uses it) (default: %(default)s)")
+    calibrate.add_argument("--max-tokens", type=int, help="new tokens per prompt in engine runs (default: the frontier's)")
+    calibrate.add_argument("--reference", help="published tree in the Table-1 run (default: the throughput run's; 'none': not rerun, its "
+                           "row is taken from the throughput run when that timed the same test prompts)")
+    calibrate.add_argument("--out", help="output folder (default: <frontier>/calibrate)")
+    calibrate.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
+    calibrate.add_argument("--no-progress", action="store_true", help="no progress bars")
+    calibrate.set_defaults(func=run_calibrate_cmd)
+
+    regimes = sub.add_parser(
+        "regimes",
+        help="per-step features vs the next accept length: Pearson r, AUROC (split by prompt)",
+        description=REGIMES_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    regimes.add_argument("--frontier", help="the frontier folder (its calibration prompts)")
+    regimes.add_argument("--tree", default="n16", help="static tree: a frontier size n<k>, or a tree source "
+                         "(spec, FILE#NAME) (default: %(default)s)")
+    regimes.add_argument("-n", "--num-prompts", type=int, default=100, help="calibration prompts (default: %(default)s)")
+    regimes.add_argument("--max-tokens", type=int, help="new tokens per prompt (default: the frontier's)")
+    regimes.add_argument("--dtype", choices=DTYPE_CHOICES, help="model precision (default: the frontier's)")
+    regimes.add_argument("--folds", type=int, default=5, help="cross-validation folds over prompts (default: %(default)s)")
+    regimes.add_argument("--seed", type=int, default=0, help="seed of the prompt split (default: %(default)s)")
+    regimes.add_argument("--no-lookup", action="store_true", help="do not add prompt-lookup features")
+    regimes.add_argument("--source", choices=("engine", "replay"), default="engine",
+                         help="engine: run the reference engine; replay: replay the tree over the calibration "
+                         "trajectories (same records at temperature 0, no engine run) (default: %(default)s)")
+    regimes.add_argument("--check-n", type=int, default=3,
+                         help="with --source replay: prompts also run in the engine to compare (default: %(default)s)")
+    regimes.add_argument("--combine", nargs="+", metavar="REGIMES_JSON",
+                         help="instead: merge these regimes.json files into one heatmap + table in --out")
+    regimes.add_argument("--out", help="output folder (default: <frontier>/regimes)")
+    regimes.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
+    regimes.add_argument("--no-progress", action="store_true", help="no progress bars")
+    regimes.set_defaults(func=run_regimes_cmd)
+
+    summary = sub.add_parser(
+        "summary",
+        help="target checks of finished runs (half-size τ, EntMTP* vs reference vs AR, wall times); copy small outputs",
+        description="For each run folder (`search frontier --out`, with whatever later stages finished): (a) the "
+        "smallest frontier tree reaching the published tree's τ and the τ of the largest one within half its nodes, "
+        "(b) EntMTP* vs the published tree vs AR and the Table-1 analogue, (c) wall time per stage; writes "
+        "summary.md / summary.json in --out and copies each task's small outputs (< 1 MB) into <out>/<task>/.",
+    )
+    summary.add_argument("--runs", nargs="+", required=True, help="run folders, e.g. runs/search/mt_bench runs/search/sharegpt")
+    summary.add_argument("--out", required=True, help="output folder, e.g. docs/search")
+    summary.set_defaults(func=run_summary_cmd)
 
 
 def _bank_sizes(text: str) -> tuple[int, ...]:
@@ -147,15 +275,76 @@ def run_debias_cmd(args: argparse.Namespace) -> int:
     from tree_search.debias import debias_markdown, parse_sizes, run_debias
 
     results = run_debias(args.frontier, parse_sizes(args.sizes), args.out, args.reference, args.threads,
-                         progress=not args.no_progress)
+                         progress=not args.no_progress, num_prompts=args.num_prompts)
     print(debias_markdown(results), end="")
     print("wrote " + ", ".join(results["outputs"].values()), file=sys.stderr)
     return 0
 
 
+def run_throughput_cmd(args: argparse.Namespace) -> int:
+    from tree_search.debias import parse_sizes
+    from tree_search.throughput import ThroughputConfig, run_throughput, throughput_markdown
+
+    reference = None if args.reference and args.reference.lower() == "none" else args.reference
+    if args.num_prompts < 1:
+        raise EntMTPError(f"-n must be at least 1 (got {args.num_prompts})")
+    config = ThroughputConfig(frontier=args.frontier, sizes=parse_sizes(args.sizes), reference=reference, out=args.out,
+                              dtype=args.dtype, num_prompts=args.num_prompts, split=args.split, seed=args.seed,
+                              max_tokens=args.max_tokens, threads=args.threads)
+    results = run_throughput(config, progress=not args.no_progress)
+    print(throughput_markdown(results), end="")
+    print("wrote " + ", ".join(results["outputs"].values()), file=sys.stderr)
+    return 0
+
+
+def run_calibrate_cmd(args: argparse.Namespace) -> int:
+    from tree_search.calibrate import CalibrateConfig, calibrate_markdown, run_calibrate
+
+    _threads(args.threads)
+    config = CalibrateConfig(bank=args.bank, frontier=args.frontier, throughput=args.throughput, out=args.out,
+                             dtype=args.dtype, num_prompts=args.num_prompts, test_n=args.test_n, check_top=args.check_top,
+                             select=args.select, max_tokens=args.max_tokens, threads=args.threads,
+                             reference=args.reference, candidates=args.candidates)
+    results = run_calibrate(config, progress=not args.no_progress)
+    print(calibrate_markdown(results), end="")
+    print("wrote " + ", ".join(results["outputs"].values()) + f"; policy written to {args.bank}", file=sys.stderr)
+    return 0
+
+
+def run_regimes_cmd(args: argparse.Namespace) -> int:
+    from tree_search.regimes import RegimesConfig, combine, regimes_markdown, run_regimes
+
+    if args.combine:
+        if not args.out:
+            raise EntMTPError("--combine needs --out FOLDER")
+        written = combine(args.combine, args.out)
+        print(Path(written["markdown"]).read_text(encoding="utf-8"), end="")
+        print("wrote " + ", ".join(written.values()), file=sys.stderr)
+        return 0
+    if not args.frontier:
+        raise EntMTPError("give --frontier FOLDER (or --combine REGIMES_JSON ... --out FOLDER)")
+    _threads(args.threads)
+    config = RegimesConfig(frontier=args.frontier, tree=args.tree, num_prompts=args.num_prompts,
+                           max_tokens=args.max_tokens, dtype=args.dtype, out=args.out, folds=args.folds, seed=args.seed,
+                           threads=args.threads, lookup=not args.no_lookup, source=args.source, check_n=args.check_n)
+    results = run_regimes(config, progress=not args.no_progress)
+    print(regimes_markdown(results), end="")
+    print("wrote " + ", ".join(results["outputs"].values()), file=sys.stderr)
+    return 0
+
+
+def run_summary_cmd(args: argparse.Namespace) -> int:
+    from tree_search.summary import summarize
+
+    result = summarize(args.runs, args.out)
+    print(Path(args.out, "summary.md").read_text(encoding="utf-8"), end="")
+    print(f"wrote {Path(args.out, 'summary.md')}, summary.json and {len(result['copied'])} copied files", file=sys.stderr)
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """`entmtp search ...` (called by `entmtp_vllm.cli.search_cmd`)."""
-    parser = subparsers.add_parser("search", help="offline tree search: acceptance frontier, debiasing",
+    parser = subparsers.add_parser("search", help="offline tree search: acceptance and throughput frontiers, debiasing, scheduler calibration, regimes",
                                    description=DESCRIPTION)
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
     add_actions(parser.add_subparsers(metavar="ACTION"))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,7 +28,7 @@ from entmtp_vllm.bank_file import BankFile, load_bank, save_bank
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.tree import Tree
 
-from tree_search.calibration import load_calibration, read_jsonl
+from tree_search.calibration import append_jsonl, load_calibration, read_jsonl, rewrite_jsonl
 from tree_search.frontier import (
     CALIBRATION_LOG,
     DEFAULT_BANK_SIZES,
@@ -70,6 +71,24 @@ def _raw_setting(value: str, default_prefix: str) -> str | None:
     return None if value.startswith(default_prefix) else value
 
 
+ROLLOUTS = "debias_rollouts.jsonl"
+
+
+def _key(tree: Tree) -> str:
+    return json.dumps(tree.choices)
+
+
+def _open_rollouts(path: Path, settings: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """Finished (tree name, tree, prompt id) rollouts of an earlier run with the same settings."""
+    old, records, truncated = read_jsonl(path, "debias rollouts")
+    if old is None or old != json.loads(json.dumps(settings)):
+        rewrite_jsonl(path, settings, [])
+        return {}
+    if truncated:
+        rewrite_jsonl(path, settings, records)
+    return {(r["tree"], json.dumps(r["choices"]), r["id"]): r for r in records if r.get("kind") == "rollout"}
+
+
 def _ranks(values: list[float]) -> list[int]:
     """1 = best (largest τ); equal values share the better rank."""
     return [1 + sum(other > value for other in values) for value in values]
@@ -84,8 +103,14 @@ def run_debias(
     progress: bool = True,
     resources: Resources | None = None,
     log: Callable[[str], None] | None = None,
+    num_prompts: int | None = None,
 ) -> dict[str, Any]:
-    """Self-rollout τ of the frontier trees at `sizes` (default: the bank sizes) vs. their frontier τ."""
+    """Self-rollout τ of the frontier trees at `sizes` (default: the bank sizes) vs. their frontier τ.
+
+    `num_prompts` keeps the first N calibration prompts (self-rollouts are slow on a CPU); the
+    biased (what-if) τ is then recomputed on those prompts with the rank scorer, so that every
+    column of a row covers the same prompts. Each (tree, prompt) rollout is appended to
+    `debias_rollouts.jsonl` in the output folder as soon as it is done: a rerun resumes."""
     import time
 
     import torch
@@ -107,6 +132,11 @@ def run_debias(
     if threads < 1:
         raise EntMTPError(f"--threads must be at least 1 (got {threads})")
     calibration = load_calibration(folder / CALIBRATION_LOG)
+    subset = num_prompts is not None and num_prompts < calibration.num_prompts
+    if num_prompts is not None and num_prompts < 1:
+        raise EntMTPError(f"-n must be at least 1 (got {num_prompts})")
+    if subset:
+        calibration = replace(calibration, trajectories=calibration.trajectories[:num_prompts])
     trees: list[tuple[str, Tree, FrontierStep | None]] = [(f"n{s}", by_size[s].as_tree(), by_size[s]) for s in sorted(set(sizes))]
     if reference is not None:
         found, note = resolve_reference(reference)
@@ -119,27 +149,44 @@ def run_debias(
     torch.set_num_threads(threads)
     resources = resources or Resources(_raw_setting(settings["model"], "embedded"),
                                        _raw_setting(settings["heads"], "shipped"), settings["dtype"])
-    model, tokenizer, drafter = resources.load()
     teacher = RankScorer(calibration)
     started = time.perf_counter()
+    out_dir = Path(out) if out is not None else folder
+    out_dir.mkdir(parents=True, exist_ok=True)
+    done = _open_rollouts(out_dir / ROLLOUTS, {"frontier": str(folder), "dtype": settings["dtype"],
+                                               "max_tokens": calibration.max_tokens})
+    todo = sum(1 for name, tree, _ in trees for t in calibration.trajectories if (name, _key(tree), t.id) not in done)
+    model = tokenizer = drafter = None
+    if todo:
+        model, tokenizer, drafter = resources.load()
     rows: list[dict[str, Any]] = []
-    bar = tqdm(total=len(trees) * calibration.num_prompts, desc="self-rollout (reference engine, greedy)", unit="gen",
-               disable=not progress)
+    bar = tqdm(total=len(trees) * calibration.num_prompts, initial=len(trees) * calibration.num_prompts - todo,
+               desc="self-rollout (reference engine, greedy)", unit="gen", disable=not progress)
     for name, tree, step in trees:
-        engine = ReferenceEngine(model, tokenizer, drafter, TopologyBank([tree], [name]))
+        engine = ReferenceEngine(model, tokenizer, drafter, TopologyBank([tree], [name])) if todo else None
         n_steps = accepted = tokens = mismatches = 0
         seconds = 0.0
         for trajectory in calibration.trajectories:
-            gen = engine.generate(trajectory.prompt_ids, calibration.max_tokens, acceptance="greedy")
-            n_steps += len(gen.steps)
-            accepted += sum(gen.accept_lengths)
-            tokens += gen.num_tokens
-            seconds += gen.total_time_s
-            mismatches += gen.token_ids != trajectory.tokens[: calibration.max_tokens]
-            bar.update()
+            record = done.get((name, _key(tree), trajectory.id))
+            if record is None:
+                gen = engine.generate(trajectory.prompt_ids, calibration.max_tokens, acceptance="greedy")
+                record = {"kind": "rollout", "tree": name, "choices": tree.choices, "id": trajectory.id,
+                          "steps": len(gen.steps), "accepted": sum(gen.accept_lengths), "tokens": gen.num_tokens,
+                          "time_s": gen.total_time_s,
+                          "mismatch": gen.token_ids != trajectory.tokens[: calibration.max_tokens]}
+                append_jsonl(out_dir / ROLLOUTS, record)
+                bar.update()
+            n_steps += record["steps"]
+            accepted += record["accepted"]
+            tokens += record["tokens"]
+            seconds += record["time_s"]
+            mismatches += record["mismatch"]
         tf = teacher.evaluate(tree) if max((max(p) for p in tree.paths), default=0) < calibration.rank_cap else None
         self_tau = accepted / n_steps if n_steps else 0.0
         biased = step.tau if step is not None else None
+        if step is not None and subset:  # the what-if of this step, on the same prompts
+            before = [p for p in map(tuple, step.tree) if p != tuple(step.added)]
+            biased = teacher.score(before, [tuple(step.added)]).what_if_tau(tuple(step.added))
         rows.append({
             "name": name,
             "size": tree.num_nodes - 1,
@@ -167,6 +214,7 @@ def run_debias(
         "frontier": str(folder),
         "settings": settings,
         "num_prompts": calibration.num_prompts,
+        "prompts_subset": subset,
         "rows": rows,
         "max_abs_delta_pct": max(deltas) if deltas else None,
         "rank_changes": [r["name"] for r in ranked if r["rank_changed"]],
@@ -181,7 +229,9 @@ def debias_markdown(results: dict[str, Any]) -> str:
     lines = [
         f"# Frontier debiasing — {settings['dataset']}",
         "",
-        f"{results['num_prompts']} prompts, {settings['max_tokens']} new tokens, {settings['dtype']}, greedy; "
+        f"{results['num_prompts']} prompts" + (" (the first of the frontier's calibration prompts; biased τ recomputed "
+        "on them)" if results.get("prompts_subset") else "") + f", {settings['max_tokens']} new tokens, "
+        f"{settings['dtype']}, greedy; "
         f"frontier scorer `{settings['scorer']}`. biased = the frontier's one-step what-if τ; teacher-forced = the "
         "tree's own rollout under the rank scorer; self = the reference engine with the tree as a static policy. "
         f"Δ = (biased − self) / self. Wall time {results['wall_time_s']:.1f} s.",
@@ -233,7 +283,8 @@ def debiased_bank(results: dict[str, Any]) -> BankFile:
 
 def write_debias_outputs(results: dict[str, Any], out: Path) -> dict[str, str]:
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "debias.json", "markdown": out / "debias.md", "bank": out / "bank_debiased.json"}
+    paths = {"json": out / "debias.json", "markdown": out / "debias.md", "bank": out / "bank_debiased.json",
+             "rollouts": out / ROLLOUTS}
     paths["markdown"].write_text(debias_markdown(results), encoding="utf-8")
     if any(r["frontier"] and r["steps"] for r in results["rows"]):
         save_bank(debiased_bank(results), paths["bank"])

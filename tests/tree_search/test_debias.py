@@ -33,3 +33,29 @@ def test_self_rollout_matches_the_teacher_forced_rollout(tiny, tmp_path):
     assert rows["full:2,1"]["biased"] is None and rows["full:2,1"]["self"] >= 1.0
     table = debias_markdown(results)
     assert "| `n8` | 8 | " in table and ("unchanged" in table or "changed" in table)
+
+
+def test_a_prompt_subset_recomputes_the_biased_tau_and_resumes(tiny, tmp_path):
+    model, drafter = tiny
+    calibration = calibrate(model, drafter, random_prompts(3), path=tmp_path / "calibration.jsonl")
+    log = tmp_path / "frontier.jsonl"
+    history = search_frontier(RankScorer(calibration), 6, 3, open_frontier_log(log, SETTINGS), log, progress=False)
+    results = run_debias(tmp_path, [3, 6], progress=False, num_prompts=2,
+                         resources=Resources(model=model, tokenizer=None, drafter=drafter))
+    assert results["num_prompts"] == 2 and results["prompts_subset"]
+    sub = RankScorer(type(calibration)(calibration.trajectories[:2], calibration.max_tokens, calibration.eos_ids,
+                                       calibration.rank_depth, calibration.rank_cap))
+    for row in results["rows"]:
+        step = history[row["size"] - 1]
+        before = [p for p in map(tuple, step.tree) if p != step.added]
+        assert row["biased"] == sub.score(before, [step.added]).what_if_tau(step.added)
+        assert row["self"] == pytest.approx(row["teacher_forced"], abs=1e-12)
+        assert row["self"] == pytest.approx(sub.evaluate(step.as_tree()).tau, abs=1e-12)
+    assert "first of the frontier's calibration prompts" in debias_markdown(results)
+
+    class NoModel(Resources):
+        def load(self):
+            raise AssertionError("every rollout is cached: no model needed")
+
+    again = run_debias(tmp_path, [3, 6], progress=False, num_prompts=2, resources=NoModel())
+    assert [r["self"] for r in again["rows"]] == [r["self"] for r in results["rows"]]

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The tree-search pipeline for the embedded model, task after task, one job at a time, one torch
+# thread: frontier -> throughput -> calibrate -> regimes -> debias. Every stage resumes or is
+# skipped once its output exists, so rerunning this script continues where it stopped. Run it from
+# a copy (bash reads a script while it runs):
+#
+#   cp docs/search/run_search.sh runs/search/run.sh
+#   nohup bash runs/search/run.sh mt_bench sharegpt humaneval gsm8k > runs/search/pipeline.log 2>&1 &
+#
+# Costs on one CPU thread (AMD EPYC, SmolLM2-135M): AR ≈ 10-17 tok/s; trees above ~8 nodes are
+# slower than AR, mc_sim_7b_63 ≈ 3 tok/s, so the engine runs use few prompts (THROUGHPUT_N, ...).
+set -u
+cd "$(dirname "$(readlink -f "$0")")/../.." 2>/dev/null || true
+[ -x .venv/bin/entmtp ] || cd /work/main
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+E=.venv/bin/entmtp
+STAGES=${STAGES:-"frontier throughput calibrate regimes debias"}
+THROUGHPUT_N=${THROUGHPUT_N:-8}       # held-out test prompts timed per method
+THROUGHPUT_SIZES=${THROUGHPUT_SIZES:-1,2,4,8,16,31}
+CHECK_N=${CHECK_N:-5}                 # calibration prompts of the scheduler's engine check
+DEBIAS_N=${DEBIAS_N:-5}               # calibration prompts self-rolled per tree (float32)
+stamp() { date -u +%H:%M:%S; }
+run() { echo "[$(stamp)] $*"; local t0=$SECONDS; "$@"; local rc=$?; echo "[$(stamp)] rc=$rc after $((SECONDS - t0)) s: $2 $3"; return $rc; }
+for TASK in "$@"; do
+  D=runs/search/$TASK
+  for S in $STAGES; do
+    case $S in
+      frontier)
+        [ -f "$D/frontier.json" ] && grep -q '"complete": true' "$D/frontier.json" && continue
+        run $E search frontier --dataset "$TASK" --budget 64 --max-depth 4 -n 100 --max-tokens 128 \
+            --dtype float32 --threads 1 --no-progress --out "$D" || continue 2 ;;
+      throughput)
+        [ -f "$D/throughput/throughput.json" ] && continue
+        run $E search throughput --frontier "$D" --sizes "$THROUGHPUT_SIZES" --reference mc_sim_7b_63 \
+            --dtype bfloat16 --split test -n "$THROUGHPUT_N" --threads 1 --no-progress || continue 2 ;;
+      calibrate)
+        [ -f "$D/calibrate/calibrate.json" ] && continue
+        run $E search calibrate --bank "$D/throughput/bank_throughput.json" --frontier "$D" --dtype bfloat16 \
+            -n "$CHECK_N" --test-n "$THROUGHPUT_N" --reference none --threads 1 --no-progress || true ;;
+      regimes)
+        [ -f "$D/regimes/regimes.json" ] && continue
+        run $E search regimes --frontier "$D" --tree n16 --source replay --check-n 2 -n 100 --threads 1 \
+            --no-progress || true ;;
+      debias)
+        [ -f "$D/debias.json" ] && continue
+        run $E search debias --frontier "$D" --sizes 4,8,16,32 -n "$DEBIAS_N" --threads 1 --no-progress || true ;;
+    esac
+  done
+done
+echo "[$(stamp)] done: $*"
