@@ -16,10 +16,17 @@ Four overrides of `GPUModelRunner` (line numbers of vLLM 0.32.0, `v1/worker/gpu_
 Drafts are read from `scheduler_output.scheduled_spec_decode_tokens`, never from `input_ids`
 (which clamps the scheduler's -1 placeholders to token 0). Requests without a usable draft
 (prefill, placeholders, a draft that is not ours) are sampled from their first row and accept
-nothing. Sampling supports temperature, top-k, top-p and per-request seeds; other sampler
-features (penalties, logit bias, bad words, min_tokens, min_p, logprobs) are not applied to
-EntMTP requests (a warning says so once). Requests with structured output get no drafts (the
-grammar checks drafts as one sequence); vLLM's bitmask still applies to their single row.
+nothing. The tree path samples with temperature, top-k, top-p and per-request seeds.
+
+A step where no request verifies a tree goes to vLLM's own sampler with each request's first
+logits row (vLLM builds spec-decode metadata on every step once a proposer is configured, even
+when nothing was drafted, so `_sample` must do this itself). That is also the fallback for
+sampler features the tree path does not apply (penalties, logit bias, allowed tokens, bad words,
+min_tokens, min_p, logprobs): while any request in the batch uses one, drafts already scheduled
+are ignored (only their first row counts, as if every draft were rejected) and no request drafts,
+so the whole batch decodes exactly as vLLM without speculation. Requests with structured output
+get no drafts (the grammar checks drafts as one sequence); vLLM's bitmask still applies to their
+single row.
 """
 
 from __future__ import annotations
@@ -71,6 +78,9 @@ class StepPlan:
     slots: torch.Tensor
     """long[num_tokens]: this step's slot of each token row (index-based)."""
     tree_step: TreeStep | None
+    stock_sampler: bool = False
+    """Some request uses a sampler feature the tree path does not apply: verify no tree this
+    step, sample with vLLM's sampler, draft nothing."""
     outcomes: list[tuple[int, float, float, int | None] | None] | None = None
     """Per request after verification: (token row of the last accepted node, p0, entropy,
     accept length of a tree step or None)."""
@@ -87,6 +97,7 @@ def _core_params(sampling_params) -> SamplingParams:
 
 
 def _unsupported(sampling_params) -> list[str]:
+    """The sampler features of a request that only vLLM's own sampler applies."""
     if sampling_params is None:
         return []
     found = []
@@ -148,19 +159,24 @@ class EntMTPCPUModelRunner(CPUModelRunner):
         np.cumsum(num_scheduled_tokens[:num_reqs], out=starts[1:])
         trees: list[Verification | None] = [None] * num_reqs
         params: list[SamplingParams] = []
+        stock_sampler = False
         for i, req_id in enumerate(batch.req_ids[:num_reqs]):
             sampling_params = self.requests[req_id].sampling_params
             params.append(_core_params(sampling_params))
             for feature in _unsupported(sampling_params):
+                stock_sampler = True
                 if feature not in self._entmtp_warned:
                     self._entmtp_warned.add(feature)
-                    logger.warning("EntMTP does not apply %s; requests using it are sampled without it", feature)
+                    logger.warning(
+                        "EntMTP's tree verification does not apply %s: batches with such requests "
+                        "decode without speculation (vLLM's sampler)", feature,
+                    )
 
         scheduled = scheduler_output.scheduled_spec_decode_tokens
         for req_id in scheduler_output.num_scheduled_tokens:
             proposal = drafter.take_proposal(req_id)
             drafts = scheduled.get(req_id)
-            if proposal is None or not drafts:
+            if stock_sampler or proposal is None or not drafts:
                 continue
             i = batch.req_id_to_index[req_id]
             n = len(drafts)
@@ -177,7 +193,7 @@ class EntMTPCPUModelRunner(CPUModelRunner):
             raise EntMTPError("EntMTP supports models with one KV cache group (plain decoder attention) only")
         total = int(starts[-1])
         slots = self.input_batch.block_table[0].slot_mapping.gpu[:total].to(torch.long).clone()
-        return StepPlan(num_reqs, starts, trees, params, slots, self._tree_step(trees, starts))
+        return StepPlan(num_reqs, starts, trees, params, slots, self._tree_step(trees, starts), stock_sampler)
 
     def _tree_step(self, trees: list[Verification | None], starts: np.ndarray) -> TreeStep | None:
         """The attention backend's view of this step's non-chain trees (None: there are none)."""
@@ -216,9 +232,24 @@ class EntMTPCPUModelRunner(CPUModelRunner):
             set_tree_step(None)
             return super()._sample(logits, spec_decode_metadata)
         try:
+            if plan.stock_sampler or all(tree is None for tree in plan.trees):
+                return self._sample_untreed(plan, logits, spec_decode_metadata)
             return self._verify(plan, logits, spec_decode_metadata)
         finally:
             set_tree_step(None)
+
+    def _sample_untreed(self, plan: StepPlan, logits: torch.Tensor, metadata) -> SamplerOutput:
+        """No tree to verify: vLLM's sampler on each request's first logits row (its root)."""
+        num_drafts = np.asarray(metadata.num_draft_tokens, dtype=np.int64)
+        first = metadata.cu_num_sampled_tokens.cpu().numpy().astype(np.int64) - num_drafts - 1
+        rows = logits if not num_drafts.any() else logits[torch.from_numpy(first)]
+        output = super()._sample(rows, None)
+        probs = torch.softmax(rows.float(), dim=-1)
+        p0 = probs.max(dim=-1).values.tolist()
+        entropies = entropy_of(probs).tolist()
+        token_rows = plan.starts[1:] - num_drafts - 1
+        plan.outcomes = [(int(token_rows[i]), p0[i], entropies[i], None) for i in range(plan.num_reqs)]
+        return output
 
     def _verify(self, plan: StepPlan, logits: torch.Tensor, metadata) -> SamplerOutput:
         drafter = self._entmtp
@@ -320,7 +351,7 @@ class EntMTPCPUModelRunner(CPUModelRunner):
             )
         self._entmtp_plan = None
         req_ids = self.input_batch.req_ids
-        if plan is None or plan.outcomes is None:
+        if plan is None or plan.outcomes is None or plan.stock_sampler:
             return [[] for _ in req_ids]
         requests: list[DraftRequest | None] = []
         want_context = drafter.lookup is not None

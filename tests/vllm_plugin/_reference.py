@@ -3,7 +3,7 @@
     python _reference.py JOB.json OUT.json
 
 JOB.json: {"model", "prompts", "max_tokens", "temperature"?, "seeds"?, "extra"? (more SamplingParams
-fields)}; OUT.json: the generated
+fields), "per_prompt"? (one dict of more fields per prompt)}; OUT.json: the generated
 token ids per prompt (greedy, or sampled with one seed per prompt).
 Same engine settings as the EntMTP engines of the tests (_vllm_engine.engine_kwargs).
 """
@@ -25,6 +25,13 @@ def main() -> None:
     job = json.loads(Path(sys.argv[1]).read_text())
     llm = LLM(**engine_kwargs(job["model"]))
     params = sampling_params(job["max_tokens"], job.get("temperature", 0.0), job.get("seeds"), **job.get("extra", {}))
+    if job.get("per_prompt"):
+        params = []
+        for fields in job["per_prompt"]:
+            fields = {"max_tokens": job["max_tokens"], **fields}
+            if "logit_bias" in fields:  # JSON object keys are strings
+                fields["logit_bias"] = {int(k): v for k, v in fields["logit_bias"].items()}
+            params.append(sampling_params(**fields))
     ids = generate_ids(llm, job["prompts"], params)
     tmp = Path(sys.argv[2] + ".tmp")
     tmp.write_text(json.dumps(ids))
