@@ -56,6 +56,7 @@ from entmtp_vllm.features import FeatureTracker, entropy
 from entmtp_vllm.policies import make_policy, validate_policy_config
 from entmtp_vllm.tree import Tree
 
+from tree_search.scoring import accepted_branches
 from tree_search.calibration import (
     Calibration,
     Trajectory,
@@ -176,13 +177,8 @@ def build_features(calibration: Calibration, load: Callable[[], tuple[Any, Any, 
 
 
 def accept_length(tree: frozenset, ranks: Sequence[int]) -> int:
-    """Tokens a tree emits at a position whose oracle rank path is `ranks` (greedy)."""
-    path: tuple[int, ...] = ()
-    for rank in ranks:
-        if rank < 0 or path + (rank,) not in tree:
-            break
-        path = path + (rank,)
-    return len(path) + 1
+    """Tokens a (heads-only) tree emits at a position whose oracle rank path is `ranks` (greedy)."""
+    return accepted_branches(tree, ranks)[0] + 1
 
 
 @dataclass
@@ -228,6 +224,11 @@ def replay(policy_config: dict[str, Any], trees: Sequence[tuple[str, Tree]], cal
         policy = make_policy(policy_config, bank)
     tree_sets = [frozenset(t.paths) for _, t in trees]
     depth = bank.head_depth
+    if bank.lookup_length:
+        raise EntMTPError(
+            "calibrate replays heads-only banks; a bank with prompt-lookup trees is calibrated with "
+            "`entmtp bench offline` sweeps (see docs/results/hybrid_sweep_calib)"
+        )
     if depth > calibration.rank_depth:
         raise EntMTPError(f"the bank drafts {depth} deep but the calibration ranked {calibration.rank_depth} heads")
     names = [n for n, _ in trees]

@@ -122,6 +122,10 @@ def add_actions(sub: argparse._SubParsersAction) -> None:
     frontier.add_argument("--heads", help="Hydra heads folder (default: the shipped Hydra heads)")
     frontier.add_argument("--dtype", choices=DTYPE_CHOICES, default="float32", help="model precision (default: %(default)s)")
     frontier.add_argument("--raw", action="store_true", help="feed prompts without the chat template")
+    frontier.add_argument("--lookup", type=int, default=0, metavar="L",
+                          help="hybrid search: also offer prompt-lookup nodes, a copied chain of up to L tokens "
+                          "under the root with head nodes below it (rank scorer only; default: 0, heads only). "
+                          "A heads-only run's calibration.jsonl can be copied into the new --out folder and is reused")
     frontier.add_argument("--scorer", choices=SCORERS, default="rank",
                           help="rank: oracle head ranks on the greedy trajectory, no model call per step (default); "
                           "forward: draft + verify the joint tree with one target forward per decode step (slow)")
@@ -263,7 +267,7 @@ def run_frontier_cmd(args: argparse.Namespace) -> int:
         dataset=args.dataset, out=args.out, num_prompts=args.num_prompts, seed=args.seed, split=args.split,
         category=args.category, data_path=args.data_path, raw=args.raw, budget=args.budget, max_depth=args.max_depth,
         max_tokens=args.max_tokens, model=args.model, heads=args.heads, dtype=args.dtype, scorer=args.scorer,
-        reference=args.reference, bank_sizes=_bank_sizes(args.bank_sizes), threads=args.threads,
+        reference=args.reference, bank_sizes=_bank_sizes(args.bank_sizes), threads=args.threads, lookup=args.lookup,
     )
     results = run_frontier(config, progress=not args.no_progress)
     print(frontier_markdown(results), end="")

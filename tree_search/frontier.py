@@ -11,6 +11,10 @@ Sizes count draft nodes, the root excluded (|T|, as in the paper; mc_sim_7b_63 h
 tree of size n verifies n + 1 tokens per step. The paper starts from T = {(0)}; starting from
 the root alone only adds the forced first step (F = {(0)}), so its history also has size 1.
 
+Hybrid search (`lookup` > 0): the root and every lookup node shorter than `lookup` also offer a
+prompt-lookup child (rank -1); head nodes may then grow under lookup nodes. `max_depth` bounds
+head nodes (it is the number of heads used), `lookup` the copied chain.
+
 a(nu) is the mean accept length (tokens per decode step, pooled over all steps of all
 prompts, the offline benchmark's tau) of T u {nu} on T's trajectory: a one-step what-if, biased
 slightly upwards; `debias.py` re-measures chosen trees with the real engine.
@@ -31,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from entmtp_vllm.errors import EntMTPError
-from entmtp_vllm.tree import Tree
+from entmtp_vllm.tree import LOOKUP, Tree
 
 from tree_search.calibration import (
     PromptIds,
@@ -61,19 +65,26 @@ def _order(path: Path_) -> tuple[int, Path_]:
     return (len(path), path)
 
 
-def next_children(tree: Collection[Path_], max_depth: int) -> list[Path_]:
+def next_children(tree: Collection[Path_], max_depth: int, lookup: int = 0) -> list[Path_]:
     """F(T): for the root and every node of depth < `max_depth`, its next unused child rank
-    (the number of its children when ranks are contiguous, as growth keeps them), path order."""
+    (the number of its children when ranks are contiguous, as growth keeps them); with
+    `lookup` > 0 also the next lookup node of the chain (up to `lookup` nodes). Path order."""
     tree = set(tree)
     frontier = []
     for node in [()] + sorted(tree, key=_order):
-        if len(node) >= max_depth:
-            continue
-        rank = 0
-        while node + (rank,) in tree:
-            rank += 1
-        frontier.append(node + (rank,))
+        if len(node) < max_depth:
+            rank = 0
+            while node + (rank,) in tree:
+                rank += 1
+            frontier.append(node + (rank,))
+        if len(node) < lookup and all(r == LOOKUP for r in node) and node + (LOOKUP,) not in tree:
+            frontier.append(node + (LOOKUP,))
     return sorted(frontier, key=_order)
+
+
+def rank_sum(path: Path_) -> int:
+    """Sum of a path's head ranks (a lookup node counts as rank 0: its copy is the first guess)."""
+    return sum(max(r, 0) for r in path)
 
 
 def choose(candidates: Sequence[Path_], gains: dict[Path_, int]) -> Path_:
@@ -81,7 +92,7 @@ def choose(candidates: Sequence[Path_], gains: dict[Path_, int]) -> Path_:
     then path order. `gains` are integers (extra tokens over the same steps), so ties are exact."""
     if not candidates:
         raise ValueError("no candidates")
-    return min(candidates, key=lambda p: (-gains[p], sum(p), len(p), p))
+    return min(candidates, key=lambda p: (-gains[p], rank_sum(p), len(p), p))
 
 
 @dataclass
@@ -121,9 +132,9 @@ class FrontierStep:
         return Tree.from_choices(self.tree)
 
 
-def grow_step(scorer, tree: set[Path_], max_depth: int) -> FrontierStep | None:
+def grow_step(scorer, tree: set[Path_], max_depth: int, lookup: int = 0) -> FrontierStep | None:
     """One iteration of Algorithm 1 on `tree` (updated in place); None when F(T) is empty."""
-    candidates = next_children(tree, max_depth)
+    candidates = next_children(tree, max_depth, lookup)
     if not candidates:
         return None
     started = time.perf_counter()
@@ -149,11 +160,11 @@ def grow_step(scorer, tree: set[Path_], max_depth: int) -> FrontierStep | None:
     )
 
 
-def replay(history: Sequence[FrontierStep], max_depth: int) -> set[Path_]:
+def replay(history: Sequence[FrontierStep], max_depth: int, lookup: int = 0) -> set[Path_]:
     """The tree at the end of a logged history, checking that the log is consistent."""
     tree: set[Path_] = set()
     for step in history:
-        frontier = next_children(tree, max_depth)
+        frontier = next_children(tree, max_depth, lookup)
         if step.added not in frontier or step.size != len(tree) + 1:
             raise EntMTPError(
                 f"frontier log: step {step.size} adds {list(step.added)}, which is not a frontier child of the tree "
@@ -194,23 +205,27 @@ def search_frontier(
     log_path: Path | None = None,
     progress: bool = True,
     stop_after: int | None = None,
+    lookup: int = 0,
 ) -> list[FrontierStep]:
     """Run Algorithm 1 up to `budget` draft nodes, continuing `history` (a replayed log).
 
     Each new step is appended to `log_path` as soon as it is chosen. `stop_after` stops after
-    that many new steps (an interruption, for tests)."""
+    that many new steps (an interruption, for tests). `lookup`: longest prompt-lookup chain
+    offered (0: heads only)."""
     from tqdm import tqdm
 
     check_growth_args(budget, max_depth)
+    if lookup < 0:
+        raise EntMTPError(f"--lookup must be at least 0 (got {lookup})")
     history = list(history or [])
-    tree = replay(history, max_depth)
+    tree = replay(history, max_depth, lookup)
     bar = tqdm(total=budget, initial=len(tree), desc="frontier (one rollout per added node)", unit="node",
                disable=not progress)
     if history:
         bar.set_postfix(tau=f"{history[-1].tau:.3f}")
     new = 0
     while len(tree) < budget and (stop_after is None or new < stop_after):
-        step = grow_step(scorer, tree, max_depth)
+        step = grow_step(scorer, tree, max_depth, lookup)
         if step is None:
             break
         history.append(step)
@@ -257,6 +272,8 @@ class FrontierConfig:
     `FILE#NAME`, or any tree source; None for none."""
     bank_sizes: tuple[int, ...] = DEFAULT_BANK_SIZES
     threads: int = 1
+    lookup: int = 0
+    """Longest prompt-lookup chain the growth may add (hybrid trees); 0: heads only."""
 
 
 class Resources:
@@ -354,6 +371,7 @@ def frontier_settings(config: FrontierConfig, prompt_ids: Sequence[str]) -> dict
         "scorer": config.scorer,
         "acceptance": "greedy",
         "prompt_ids": list(prompt_ids),
+        **({"lookup": config.lookup} if config.lookup else {}),  # absent for heads-only runs (old logs resume)
     }
 
 
@@ -375,6 +393,10 @@ def validate_config(config: FrontierConfig) -> None:
         raise EntMTPError(f"bank sizes must be at least 1 draft node (got {list(config.bank_sizes)})")
     if config.threads < 1:
         raise EntMTPError(f"--threads must be at least 1 (got {config.threads})")
+    if config.lookup < 0:
+        raise EntMTPError(f"--lookup must be at least 0 (got {config.lookup})")
+    if config.lookup and config.scorer != "rank":
+        raise EntMTPError("--lookup needs the rank scorer (the forward scorer does not score lookup nodes)")
 
 
 def run_frontier(config: FrontierConfig, resources: Resources | None = None, progress: bool = True,
@@ -450,7 +472,8 @@ def run_frontier(config: FrontierConfig, resources: Resources | None = None, pro
     scorer = make_scorer(config.scorer, calibration, model, drafter)
     search_started = time.perf_counter()
     resumed = len(history)
-    history = search_frontier(scorer, config.budget, config.max_depth, history, out / FRONTIER_LOG, progress, stop_after)
+    history = search_frontier(scorer, config.budget, config.max_depth, history, out / FRONTIER_LOG, progress, stop_after,
+                              config.lookup)
     search_s = time.perf_counter() - search_started
 
     reference_out: dict[str, Any] | None = None

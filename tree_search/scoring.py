@@ -19,6 +19,14 @@ verification of every T u {nu}):
   its token equals the verifier's argmax at its parent and its parent is accepted. One
   target forward per step: slow on a CPU, meant for checks and small runs.
 
+Hybrid trees (prompt-lookup nodes, rank `LOOKUP`): the rank scorer also reads, per root
+position, how many leading tokens of the lookup drafter's proposal (context = prompt + the
+trajectory up to the root, exactly what the engines give it) equal the trajectory
+(`lookup_hits`). A lookup node at depth j is accepted iff j <= that count; a head node under a
+lookup node is accepted iff the head ranks the true token at its depth with its rank (its path
+is then the true prefix, so the oracle ranks apply). Several branches can be accepted at once
+(a copy and a head may agree); the accept length is 1 + the deepest accepted node.
+
 Greedy acceptance (temperature 0) only.
 """
 
@@ -30,8 +38,9 @@ from dataclasses import dataclass, field
 import torch
 
 from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.lookup import LookupConfig, PromptLookup
 from entmtp_vllm.topology import build_tree_buffers
-from entmtp_vllm.tree import Tree
+from entmtp_vllm.tree import LOOKUP, Tree
 
 from tree_search.calibration import Calibration, verify_tree_at, walk
 
@@ -82,50 +91,118 @@ def _check(tree: frozenset[Path_], candidates: Sequence[Path_]) -> None:
             raise ValueError(f"candidate {list(path)} has no parent in the tree")
 
 
+def lookup_hits(prompt_ids: Sequence[int], tokens: Sequence[int], lookup: PromptLookup, length: int) -> list[int]:
+    """Per root position i (root `tokens[i]`): how many leading tokens of the lookup drafter's
+    proposal (up to `length`, context prompt + tokens[:i+1]) equal tokens[i+1:]."""
+    context = list(prompt_ids) + list(tokens)
+    start = len(prompt_ids)
+    hits = []
+    for i in range(len(tokens)):
+        proposal = lookup.propose(context[: start + i + 1], length).tokens
+        n = 0
+        while n < len(proposal) and i + 1 + n < len(tokens) and proposal[n] == tokens[i + 1 + n]:
+            n += 1
+        hits.append(n)
+    return hits
+
+
+def accepted_branches(tree: frozenset, row: Sequence[int], hits: int = 0,
+                      wanted: frozenset | set = frozenset()) -> tuple[int, list[Path_]]:
+    """(depth of the deepest accepted node of `tree`, the accepted candidates of `wanted`) at a
+    position with oracle rank path `row` and `hits` correct lookup tokens (greedy).
+
+    Walks the lookup chain while its tokens are right and, from the root and from each accepted
+    lookup node, follows the rank path through the head nodes; a candidate (a node of `wanted`
+    whose parent is an accepted node of `tree`) is accepted when its token is right."""
+    best = 0
+    found: list[Path_] = []
+    base: Path_ = ()
+    while True:
+        path = base
+        for depth in range(len(base), len(row)):
+            rank = row[depth]
+            if rank < 0:
+                break
+            child = path + (rank,)
+            if child not in tree:
+                if child in wanted:
+                    found.append(child)
+                break
+            path = child
+        best = max(best, len(path))
+        if len(base) >= hits:  # the next copied token is wrong (or absent)
+            break
+        child = base + (LOOKUP,)
+        if child not in tree:
+            if child in wanted:
+                found.append(child)
+            break
+        base = child
+    return best, found
+
+
+def head_depth(paths: Iterable[Path_]) -> int:
+    """Heads a set of paths needs (lookup nodes need none)."""
+    return max((len(p) for p in paths if p[-1] != LOOKUP), default=0)
+
+
+def lookup_depth(paths: Iterable[Path_]) -> int:
+    """Length of the lookup chain in a set of paths."""
+    return max((len(p) for p in paths if p[-1] == LOOKUP), default=0)
+
+
 class RankScorer:
-    """What-if scoring from the oracle rank paths (no model call)."""
+    """What-if scoring from the oracle rank paths (no model call); lookup nodes from the lookup
+    drafter's proposals on the trajectory (`lookup_hits`, computed once per trajectory)."""
 
     name = "rank"
 
-    def __init__(self, calibration: Calibration) -> None:
+    def __init__(self, calibration: Calibration, lookup: LookupConfig | None = None) -> None:
         self.calibration = calibration
+        self.lookup = PromptLookup(lookup or LookupConfig())
+        self._hits: list[list[int]] | None = None
+        self._hits_length = 0
+
+    def hits(self, length: int) -> list[list[int]]:
+        """Per trajectory and root position, the correct lookup tokens of a chain of `length`."""
+        if self._hits is None or self._hits_length < length:
+            self._hits = [lookup_hits(t.prompt_ids, t.tokens, self.lookup, length) for t in self.calibration.trajectories]
+            self._hits_length = length
+        return [[min(h, length) for h in row] for row in self._hits] if self._hits_length != length else self._hits
 
     def score(self, tree: Iterable[Path_], candidates: Sequence[Path_] = (), detail: bool = False) -> RolloutScore:
         tree = frozenset(tuple(p) for p in tree)
         candidates = [tuple(p) for p in candidates]
         _check(tree, candidates)
-        wanted = set(candidates)
-        deepest = max((len(p) for p in tree | wanted), default=0)
+        wanted = frozenset(candidates)
+        deepest = head_depth(tree | wanted)
         if deepest > self.calibration.rank_depth:
             raise EntMTPError(
                 f"a tree of depth {deepest} needs {deepest} heads but the calibration ranked only {self.calibration.rank_depth}"
             )
+        chain = lookup_depth(tree | wanted)
+        all_hits = self.hits(chain) if chain else None
         cal = self.calibration
         gains = dict.fromkeys(candidates, 0)
         steps = accepted = 0
         per_step: list[StepScore] | None = [] if detail else None
         for k, trajectory in enumerate(cal.trajectories):
             ranks = trajectory.ranks
-            hit: list[Path_ | None] = [None]
+            hits = all_hits[k] if all_hits is not None else None
+            found: list[list[Path_]] = [[]]
 
             def accept_at(i: int) -> int:
-                row = ranks[i]
-                path: Path_ = ()
-                for rank in row:
-                    if rank < 0 or path + (rank,) not in tree:
-                        break
-                    path = path + (rank,)
-                nxt = row[len(path)] if len(path) < len(row) else -1
-                hit[0] = path + (nxt,) if nxt >= 0 and path + (nxt,) in wanted else None
-                return len(path) + 1
+                best, found[0] = accepted_branches(tree, ranks[i], hits[i] if hits is not None else 0, wanted)
+                return best + 1
 
             for i, a in walk(trajectory, cal.max_tokens, cal.eos_ids, accept_at):
                 steps += 1
                 accepted += a
-                if hit[0] is not None:
-                    gains[hit[0]] += 1
+                better = {c for c in found[0] if len(c) + 1 > a}  # T u {c} emits one more token
+                for c in better:
+                    gains[c] += 1
                 if per_step is not None:
-                    per_step.append(StepScore(k, i, a, {c: a + (c == hit[0]) for c in candidates}))
+                    per_step.append(StepScore(k, i, a, {c: a + (c in better) for c in candidates}))
         return RolloutScore(steps, accepted, gains, per_step)
 
     def evaluate(self, tree: Tree) -> RolloutScore:
@@ -153,6 +230,8 @@ class ForwardScorer:
         tree = frozenset(tuple(p) for p in tree)
         candidates = [tuple(p) for p in candidates]
         _check(tree, candidates)
+        if lookup_depth(tree | set(candidates)):
+            raise EntMTPError("the forward scorer does not score prompt-lookup nodes; use the rank scorer")
         joint = Tree.from_choices(sorted(tree | set(candidates)))
         device = next(self.model.parameters()).device
         buffers = build_tree_buffers(joint, device)
@@ -206,10 +285,10 @@ class ForwardScorer:
         return self.score(tree.paths)
 
 
-def make_scorer(name: str, calibration: Calibration, model=None, drafter=None):
+def make_scorer(name: str, calibration: Calibration, model=None, drafter=None, lookup: LookupConfig | None = None):
     """`rank` (default, no model needed) or `forward` (literal joint-tree verification)."""
     if name == "rank":
-        return RankScorer(calibration)
+        return RankScorer(calibration, lookup)
     if name == "forward":
         if model is None or drafter is None:
             raise ValueError("the forward scorer needs the model and the drafter")

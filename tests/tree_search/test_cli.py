@@ -65,6 +65,30 @@ def test_frontier_writes_a_bank_that_loads_and_validates(searched, tiny_folders,
     assert [s["size"] for s in frontier["frontier"]] == list(range(1, 9))
 
 
+def test_hybrid_frontier_reuses_the_calibration_and_writes_a_hybrid_bank(searched, tiny_folders, tmp_path):
+    import shutil
+
+    model, heads = tiny_folders
+    out = tmp_path / "hybrid"
+    out.mkdir()
+    shutil.copy(searched / "calibration.jsonl", out / "calibration.jsonl")
+    assert entmtp(["search", "frontier", *frontier_args(model, heads, out, "--lookup", "3")]) == 0
+    frontier = json.loads((out / "frontier.json").read_text())
+    assert frontier["settings"]["lookup"] == 3
+    assert (out / "calibration.jsonl").read_text() == (searched / "calibration.jsonl").read_text()  # reused as is
+    heads_only = json.loads((searched / "frontier.json").read_text())["frontier"]
+    assert frontier["frontier"][-1]["tau"] >= heads_only[-1]["tau"]
+    for entry in load_bank(out / "bank.json").trees:
+        tree = entry.tree()
+        assert tree.head_depth <= 3 and tree.lookup_length <= 3
+    # a hybrid bank drives the reference engine, greedy decoding still equal to AR
+    topology, policy, _ = load_trees(bank=str(out / "bank.json"), policy="static:n8")
+    lm, tokenizer = load_target(str(model))
+    engine = ReferenceEngine(lm, tokenizer, load_drafter(str(heads), lm), topology, policy)
+    prompt = tokenizer("Hello there, hello there, hello")["input_ids"]
+    assert engine.generate(prompt, 8).token_ids == engine.generate(prompt, 8, method="ar").token_ids
+
+
 def test_rerunning_resumes_without_new_steps(searched, tiny_folders, capsys):
     model, heads = tiny_folders
     before = (searched / "frontier.jsonl").read_text()
@@ -116,6 +140,8 @@ def test_python_m_tree_search_runs_the_same_commands(tiny_folders, tmp_path, cap
         (["--max-depth", "5"], "--max-depth 5 is deeper than the heads: they draft 3 tokens"),
         (["--max-depth", "0"], "--max-depth must be at least 1"),
         (["--max-tokens", "0"], "--max-tokens must be at least 1"),
+        (["--lookup", "-1"], "--lookup must be at least 0"),
+        (["--lookup", "2", "--scorer", "forward"], "--lookup needs the rank scorer"),
     ],
 )
 def test_bad_frontier_arguments_are_one_clear_error(tiny_folders, tmp_path, capsys, extra, message):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from entmtp_vllm.errors import EntMTPError
-from entmtp_vllm.tree import Tree
+from entmtp_vllm.tree import LOOKUP, Tree
 from tree_search.calibration import UNRANKED, Calibration, Trajectory
 from tree_search.frontier import choose, next_children, search_frontier
 from tree_search.scoring import ForwardScorer, RankScorer
@@ -99,3 +99,30 @@ def test_depth_beyond_the_ranked_heads_is_refused(calibration):
 def test_bad_growth_arguments(calibration, budget, depth, message):
     with pytest.raises(EntMTPError, match=message):
         search_frontier(RankScorer(calibration), budget, depth, progress=False)
+
+
+def test_next_children_offer_the_lookup_chain_and_heads_under_it():
+    L = LOOKUP
+    assert next_children(set(), 2, lookup=3) == [(L,), (0,)]
+    assert next_children({(L,)}, 2, lookup=3) == [(0,), (L, L), (L, 0)]  # path order: shallow first
+    assert next_children({(L,), (L, L)}, 1, lookup=2) == [(0,)]  # chain at its length; heads at max depth
+    assert next_children({(L,), (L, L), (L, L, L)}, 4, lookup=3) == [(0,), (L, 0), (L, L, 0), (L, L, L, 0)]
+    assert choose([(L, 0), (1,)], {(L, 0): 0, (1,): 0}) == (L, 0)  # a copy counts as rank 0 in ties
+
+
+def test_hybrid_growth_respects_budget_depth_and_chain(calibration):
+    budget, depth, chain = 10, 2, 3
+    history = search_frontier(RankScorer(calibration), budget, depth, progress=False, lookup=chain)
+    assert [s.size for s in history] == list(range(1, budget + 1))
+    tree: set = set()
+    for step in history:
+        assert step.added in next_children(tree, depth, chain)
+        tree.add(step.added)
+        grown = Tree.from_choices(step.tree)
+        assert grown.head_depth <= depth and grown.lookup_length <= chain
+        assert step.tau == max(c["tau"] for c in step.candidates)
+    assert Tree.from_choices(history[-1].tree).lookup_length > 0  # copies pay on this model
+    heads_only = search_frontier(RankScorer(calibration), budget, depth, progress=False)
+    assert history[-1].tau >= heads_only[-1].tau
+    with pytest.raises(EntMTPError, match="--lookup must be at least 0"):
+        search_frontier(RankScorer(calibration), 3, 2, progress=False, lookup=-1)

@@ -9,25 +9,29 @@ from transformers.cache_utils import DynamicCache
 
 from entmtp_vllm.acceptance import accept_greedy
 from entmtp_vllm.engine.reference import ReferenceEngine
+from entmtp_vllm.lookup import LookupConfig, PromptLookup
 from entmtp_vllm.topology import TopologyBank, build_tree_buffers
-from entmtp_vllm.tree import Tree
+from entmtp_vllm.tree import LOOKUP, Tree
 from tree_search.calibration import UNRANKED, verify_tree_at
 from tree_search.frontier import next_children, search_frontier
-from tree_search.scoring import ForwardScorer, RankScorer
+from tree_search.scoring import ForwardScorer, RankScorer, lookup_hits
 
 from _search_parts import calibrate, random_drafter, random_prompts, tiny_llama
 
 
 def separate_accept_length(model, drafter, trajectory, position: int, paths) -> int:
-    """The engine's own step, from scratch: prefill the prefix, draft the tree with the heads,
-    verify it with ONE forward (the engine's mask and positions), accept greedily."""
+    """The engine's own step, from scratch: prefill the prefix, draft the tree with the heads
+    (and the lookup drafter's copy for lookup nodes: the chain cut to what it found, as the
+    engines do), verify it with ONE forward (the engine's mask and positions), accept greedily."""
     engine = ReferenceEngine(model, None)  # only its forward / tree-mask code is used
     seq = trajectory.prompt_ids + trajectory.tokens
     t = len(trajectory.prompt_ids) + position
     cache = DynamicCache(config=model.config)
     _, hidden = engine._forward(torch.tensor(seq[:t]), cache)
-    buffers = build_tree_buffers(Tree.from_choices(sorted(paths)))
-    tokens = drafter.begin(hidden[-1], seq[t]).draft(buffers).tokens
+    tree = Tree.from_choices(sorted(paths))
+    found = PromptLookup(LookupConfig()).propose(seq[: t + 1], tree.lookup_length).tokens if tree.lookup_length else []
+    buffers = build_tree_buffers(tree.with_lookup_length(len(found)))
+    tokens = drafter.begin(hidden[-1], seq[t]).draft(buffers, found).tokens
     logits, _ = engine._forward(tokens, cache, position_ids=t + buffers.depths,
                                 attention_mask=engine._tree_mask(buffers, t))
     return accept_greedy(buffers, tokens, logits).accept_length
@@ -139,3 +143,52 @@ def test_oracle_ranks_follow_a_draft_vocabulary(tiny):
             for d, rank in enumerate(row, 1):
                 if i + d < len(trajectory.tokens) and trajectory.tokens[i + d] % 5 == 3:
                     assert rank == UNRANKED
+
+
+L = LOOKUP
+HYBRID = {(L,), (L, L), (L, 0), (0,), (1,), (0, 0)}
+
+
+def test_hybrid_one_rollout_equals_a_separate_forward_per_candidate(tiny, calibration):
+    """Lookup nodes (copies of the context) next to and above head nodes: the rank scorer's
+    what-if per step equals a separate engine step with the real lookup drafter, for every candidate."""
+    model, drafter = tiny
+    candidates = next_children(HYBRID, 3, lookup=3)
+    assert (L, L, L) in candidates and (L, L, 0) in candidates and (L, 1) in candidates
+    one = RankScorer(calibration).score(HYBRID, candidates, detail=True)
+    copied = 0
+    for step in one.per_step:
+        trajectory = calibration.trajectories[step.prompt]
+        assert separate_accept_length(model, drafter, trajectory, step.position, HYBRID) == step.accept
+        heads_only = {p for p in HYBRID if L not in p}
+        copied += step.accept > separate_accept_length(model, drafter, trajectory, step.position, heads_only)
+        for candidate in candidates:
+            alone = separate_accept_length(model, drafter, trajectory, step.position, HYBRID | {candidate})
+            assert alone == step.what_if[candidate], (step, candidate)
+    assert copied > 0, "no step accepted more thanks to the lookup nodes: a vacuous check"
+    assert one.gains[(L, L, L)] > 0
+
+
+def test_hybrid_tree_rollout_equals_the_engines_greedy_run(tiny, calibration):
+    """A hybrid tree's own teacher-forced rollout is the reference engine's greedy run, step by step."""
+    model, drafter = tiny
+    tree = Tree.from_choices(sorted(HYBRID | {(L, L, L)}))
+    score = RankScorer(calibration).evaluate(tree)
+    per_step = RankScorer(calibration).score(tree.paths, [], detail=True).per_step
+    engine = ReferenceEngine(model, None, drafter, TopologyBank([tree], ["hybrid"]))
+    for k, trajectory in enumerate(calibration.trajectories):
+        gen = engine.generate(trajectory.prompt_ids, calibration.max_tokens, acceptance="greedy")
+        assert gen.token_ids == trajectory.tokens[: calibration.max_tokens]
+        assert [s.accept for s in per_step if s.prompt == k] == gen.accept_lengths
+    heads_only = RankScorer(calibration).score({p for p in HYBRID if L not in p})
+    assert score.tau > heads_only.tau  # the copies add accepted tokens on this model
+
+
+def test_lookup_hits_count_the_leading_correct_copies():
+    lookup = PromptLookup(LookupConfig(min_ngram=1, max_ngram=2))
+    # prompt [5, 6, 7], then 5 6 7 5 6 9: at root 5 (i=0) the copy of "5 -> 6 7 5" is right for 3 tokens
+    hits = lookup_hits([5, 6, 7], [5, 6, 7, 5, 6, 9], lookup, 3)
+    assert hits[0] == 3
+    assert hits[3] == 1  # root 5 again, "6 7 5" proposed; the truth is 6 9
+    assert hits[-1] == 0  # nothing after the end of the trajectory to compare with
+    assert lookup_hits([1], [2, 3], lookup, 2) == [0, 0]  # no earlier occurrence: no copy
