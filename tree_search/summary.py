@@ -13,7 +13,7 @@ For every run folder (`runs/search/<task>` as written by `search frontier`, then
 
 `entmtp search summary --runs runs/search/mt_bench runs/search/sharegpt --out docs/search` writes
 `summary.md` / `summary.json` there and copies each task's small outputs (tables, figures, bank
-files, each under 1 MB) into `<out>/<task>/`.
+files, each under 1 MB) into `<out>/<task>/` (`<out>/<task>/hybrid/` for a hybrid search, `--lookup`).
 """
 
 from __future__ import annotations
@@ -71,7 +71,10 @@ def task_summary(folder: Path) -> dict[str, Any]:
     calibrate = _load(folder / "calibrate" / "calibrate.json")
     regimes = _load(folder / "regimes" / "regimes.json")
     debias = _load(folder / "debias.json")
-    out: dict[str, Any] = {"folder": str(folder), "task": (frontier or {}).get("settings", {}).get("dataset", folder.name)}
+    settings = (frontier or {}).get("settings", {})
+    out: dict[str, Any] = {"folder": str(folder), "task": settings.get("dataset", folder.name),
+                           "lookup": settings.get("lookup", 0)}
+    out["label"] = out["task"] + (f" hybrid (lookup ≤ {out['lookup']})" if out["lookup"] else "")
     out["half_size"] = check_half_size(folder)
     if throughput is not None:
         rows = {r["name"]: r for r in throughput["rows"]}
@@ -128,7 +131,7 @@ def summary_markdown(tasks: Sequence[dict[str, Any]]) -> str:
     lines = ["## Stages finished", "", "| task | frontier | throughput | calibrate | regimes | debias |",
              "|---|---|---|---|---|---|"]
     for t in tasks:
-        lines.append(f"| {t['task']} | " + " | ".join("yes" if t["stages"][s] else "no" for s in
+        lines.append(f"| {t['label']} | " + " | ".join("yes" if t["stages"][s] else "no" for s in
                                                      ("frontier", "throughput", "calibrate", "regimes", "debias")) + " |")
     lines += ["", "## (a) τ of the published tree with at most half its nodes", "",
               "Calibration split, teacher-forced τ with the rank scorer (the frontier's trajectories), the same for the "
@@ -143,7 +146,7 @@ def summary_markdown(tasks: Sequence[dict[str, Any]]) -> str:
             f"n{h['smallest_reaching']} (τ {h['smallest_reaching_tau']:.3f})"
         held = (t.get("throughput") or {}).get("held_out_half")
         held_s = "–" if held is None else f"`{held['tree']}` {held['tau']:.3f} vs {held['reference_tau']:.3f}"
-        lines.append(f"| {t['task']} | {h['prompts']} | {h['reference_tau']:.3f} ({h['reference_size']}) | {reach} | "
+        lines.append(f"| {t['label']} | {h['prompts']} | {h['reference_tau']:.3f} ({h['reference_size']}) | {reach} | "
                      f"n{h['largest_within_half']}: {_f(h['largest_within_half_tau'])} | {'yes' if h['passes'] else 'no'} | "
                      f"{held_s} |")
     lines += ["", "## (b) EntMTP* vs the published tree vs AR (throughput run, held out)", "",
@@ -155,7 +158,7 @@ def summary_markdown(tasks: Sequence[dict[str, Any]]) -> str:
             continue
         ref, best = th["reference"], th["best_static"]
         ref_s = "–" if ref is None else f"{ref['tokens_per_second']:.2f} ({ref['speedup']:.2f}×, {ref['tau']:.2f})"
-        lines.append(f"| {t['task']} | {th['prompts']} {th['split']} | {th['ar']:.2f} | {ref_s} | `{best['name']}` "
+        lines.append(f"| {t['label']} | {th['prompts']} {th['split']} | {th['ar']:.2f} | {ref_s} | `{best['name']}` "
                      f"(n={best['size']}) | {best['tokens_per_second']:.2f} ({best['speedup']:.2f}×, {best['tau']:.2f}) | "
                      f"{', '.join(th['pareto'])} |")
     lines += ["", "### Table-1 analogue (calibrate's held-out run)", ""]
@@ -164,7 +167,7 @@ def summary_markdown(tasks: Sequence[dict[str, Any]]) -> str:
         if not c or not c.get("table1"):
             continue
         t1 = c["table1"]
-        lines += [f"**{t['task']}** — {t1['num_prompts']} test prompts, {t1['machine']['dtype']}; chosen policy "
+        lines += [f"**{t['label']}** — {t1['num_prompts']} test prompts, {t1['machine']['dtype']}; chosen policy "
                   f"`{c['chosen']['policy']}`.", "", "| method | tok/s | ρ | τ |", "|---|---:|---:|---:|"]
         for r in t1["rows"]:
             lines.append(f"| {r['name']} | {r['tokens_per_second']:.2f} | {r['speedup']:.3f} | {r['tau']:.3f} |")
@@ -174,7 +177,7 @@ def summary_markdown(tasks: Sequence[dict[str, Any]]) -> str:
         "|---|" + "---:|" * 6]
     for t in tasks:
         tm = t["timing"]
-        lines.append(f"| {t['task']} | " + " | ".join(_f(tm.get(k), ".0f") for k in (
+        lines.append(f"| {t['label']} | " + " | ".join(_f(tm.get(k), ".0f") for k in (
             "frontier calibration", "frontier growth", "throughput", "calibrate", "regimes", "debias")) + " |")
     lines += ["", "Where the time goes (timed generations only; the bench's warm-up generation per method is extra):", ""]
     for t in tasks:
@@ -188,7 +191,7 @@ def summary_markdown(tasks: Sequence[dict[str, Any]]) -> str:
             total = sum(by_method.values())
             parts.append("throughput: " + ", ".join(f"{k} {v:.0f} s ({100 * v / total:.0f}%)" for k, v in by_method.items()))
         if parts:
-            lines.append(f"- {t['task']}: " + "; ".join(parts) + ".")
+            lines.append(f"- {t['label']}: " + "; ".join(parts) + ".")
     return "\n".join(lines) + "\n"
 
 
@@ -198,7 +201,7 @@ def summarize(folders: Sequence[str | Path], out: str | Path) -> dict[str, Any]:
     tasks = [task_summary(Path(f)) for f in folders]
     copied = []
     for folder, t in zip(folders, tasks):
-        target = out / t["task"]
+        target = out / t["task"] / ("hybrid" if t["lookup"] else "")
         for name in COPY:
             src = Path(folder) / name
             if src.is_file() and src.stat().st_size < MAX_COPY_BYTES:

@@ -3,47 +3,19 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
-import torch
 
+from _tiny_saved_model import save_tiny_model
 from entmtp_vllm.cli.main import main
-from entmtp_vllm.config import EMBEDDED_MODEL
-from entmtp_vllm.model_store import prepared_model_problem
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> tuple[Path, Path, Path]:
     """(model folder, Hydra heads folder, Medusa heads folder)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from entmtp_vllm.heads import make_heads
-    from entmtp_vllm.heads.checkpoint import save_heads
-
-    embedded = EMBEDDED_MODEL.prepared_dir()
-    if prepared_model_problem(embedded) is not None:
-        pytest.skip("the embedded model is not prepared (its tokenizer is reused)")
-    root = tmp_path_factory.mktemp("bench")
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=49152, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=2048, tie_word_embeddings=True, bos_token_id=1,
-        eos_token_id=2, pad_token_id=2, initializer_range=0.2,
-    )
-    LlamaForCausalLM(config).save_pretrained(root / "model")
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-        if (embedded / name).is_file():
-            shutil.copy(embedded / name, root / "model" / name)
-    folders = []
-    for kind in ("hydra", "medusa"):
-        heads = make_heads(kind, 32, 49152, num_heads=3)
-        with torch.no_grad():
-            for param in heads.parameters():
-                param.add_(torch.randn_like(param) * 0.05)
-        folders.append(save_heads(heads, root / kind, dtype=torch.float32))
-    return root / "model", folders[0], folders[1]
+    model, (hydra, medusa) = save_tiny_model(tmp_path_factory.mktemp("bench"), ("hydra", "medusa"))
+    return model, hydra, medusa
 
 
 def test_bench_offline_end_to_end(tiny, tmp_path, capsys):
