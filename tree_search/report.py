@@ -18,8 +18,14 @@ def describe_run(settings: dict[str, Any], num_prompts: int) -> str:
         f"{settings['dataset']}, {num_prompts} prompts ({settings['split']} split, seed {settings['seed']}), "
         f"{settings['max_tokens']} new tokens, {settings['dtype']}, model {settings['model']}, heads {settings['heads']}; "
         f"budget {settings['budget']} draft nodes, max depth {settings['max_depth']}, scorer `{settings['scorer']}`, "
-        "greedy acceptance"
+        + (f"prompt-lookup chain up to {settings['lookup']} nodes (rank -1; depth counts them too), " if settings.get("lookup") else "")
+        + "greedy acceptance"
     )
+
+
+def _hybrid(settings: dict[str, Any]) -> str:
+    """' hybrid (lookup ≤ L)' for a search with prompt-lookup nodes, '' otherwise."""
+    return f" hybrid (lookup ≤ {settings['lookup']})" if settings.get("lookup") else ""
 
 
 def frontier_markdown(results: dict[str, Any]) -> str:
@@ -27,7 +33,7 @@ def frontier_markdown(results: dict[str, Any]) -> str:
     settings, timing = results["settings"], results["timing"]
     bank = {size: f"n{size}" for size in results["bank_sizes"]}
     lines = [
-        f"# Acceptance frontier — {settings['dataset']}",
+        f"# Acceptance frontier — {settings['dataset']}{_hybrid(settings)}",
         "",
         describe_run(settings, results["num_prompts"]) + ".",
         f"Wall time {timing['total_s']:.1f} s (calibration {timing['calibration_s']:.1f} s, growth "
@@ -123,8 +129,8 @@ def plot_frontier(results: dict[str, Any], path: Path) -> None:
     settings = results["settings"]
     ax.set_xlabel("draft nodes (root excluded)")
     ax.set_ylabel("τ, mean accept length (what-if)")
-    ax.set_title(f"Acceptance frontier — {settings['dataset']}, {results['num_prompts']} prompts, "
-                 f"depth ≤ {settings['max_depth']}, {settings['dtype']}", fontsize=9)
+    ax.set_title(f"Acceptance frontier — {settings['dataset']}{_hybrid(settings)}, {results['num_prompts']} prompts, "
+                 f"head depth ≤ {settings['max_depth']}, {settings['dtype']}", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()

@@ -3,7 +3,8 @@
 # Run from the repository root (one torch thread; an otherwise idle machine for the timings):
 #   nohup bash docs/results/run_hybrid.sh > docs/results/run_hybrid.log 2>&1 &
 # (d1) greedy, bf16, held-out MT-bench + ShareGPT prompts; (d2) T=0.7 typical; (d3) T=0.7 lossless;
-# (d4) the shipped default bank vs AR on the d1 prompts.
+# (d4) the shipped default bank vs AR on the d1 prompts; (d5) T=0.7 typical again on twice the
+# prompts, with the hybrid tree a superset of the lookup chain (lookup:4+chain:1) and the default bank.
 set -u
 cd "$(dirname "$0")/../.."
 ENT=.venv/bin/entmtp
@@ -33,5 +34,12 @@ if [[ " $STAGES " == *" d4 "* ]]; then
   $ENT bench offline $COMMON -n 10 --methods "bank:entmtp_vllm/assets/banks/smollm2-135m-lookup-switch.json" \
     --out $OUT/d4_default_bank_greedy_bf16
   echo "(d4) exit $?: $(date)"
+fi
+if [[ " $STAGES " == *" d5 "* ]]; then
+  echo "(d5) T=0.7 typical, 12 prompts per dataset: $(date)"
+  $ENT bench offline $COMMON -n 12 --temperature 0.7 --acceptance typical \
+    --methods "tree:chain:1,$LOOKUP,tree:lookup:4+chain:1,bank:entmtp_vllm/assets/banks/smollm2-135m-lookup-switch.json" \
+    --out $OUT/d5_hybrid_t07_typical_24_bf16
+  echo "(d5) exit $?: $(date)"
 fi
 echo "all done: $(date)"
