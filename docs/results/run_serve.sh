@@ -1,0 +1,31 @@
+#!/bin/bash
+# Serve comparisons (vLLM on this CPU, bf16, held-out MT-bench test prompts, 128 tokens): every
+# server is started by `entmtp bench serve --compare`, one after another, on an otherwise idle machine.
+#   nohup bash docs/results/run_serve.sh > docs/results/run_serve.log 2>&1 &
+# (g1) greedy, concurrency 1 and 8: no speculation / vLLM ngram / EntMTP (default bank and fallback);
+# (g2) the same servers with vLLM's async scheduling off for all (vLLM turns it off for every
+#      proposer that is not EAGLE/MTP/draft-model, ngram included): what async scheduling is worth;
+# (g3) T=0.7 at concurrency 1 (EntMTP: lossless acceptance, its default for sampled requests).
+set -u
+cd "$(dirname "$0")/../.."
+ENT=.venv/bin/entmtp
+OUT=docs/results
+STAGES=${STAGES:-"g1 g2 g3"}
+COMMON="--compare --dataset mt_bench --split test -n 16 --max-tokens 128 --no-progress"  # the model's own dtype: bf16
+if [[ " $STAGES " == *" g1 "* ]]; then
+  echo "(g1) greedy c=1,8: $(date)"
+  $ENT bench serve $COMMON --concurrency 1,8 --out $OUT/g1_serve_compare_greedy_bf16
+  echo "(g1) exit $?: $(date)"
+fi
+if [[ " $STAGES " == *" g2 "* ]]; then
+  echo "(g2) greedy c=8, async scheduling off everywhere: $(date)"
+  $ENT bench serve $COMMON --concurrency 8 --methods vllm,entmtp \
+    --server-args=--no-async-scheduling --out $OUT/g2_serve_c8_no_async_bf16
+  echo "(g2) exit $?: $(date)"
+fi
+if [[ " $STAGES " == *" g3 "* ]]; then
+  echo "(g3) T=0.7 c=1: $(date)"
+  $ENT bench serve $COMMON --concurrency 1 --temperature 0.7 --out $OUT/g3_serve_compare_t07_bf16
+  echo "(g3) exit $?: $(date)"
+fi
+echo "all done: $(date)"
