@@ -5,27 +5,39 @@
 # (g1) greedy, concurrency 1 and 8: no speculation / vLLM ngram / EntMTP (default bank and fallback);
 # (g2) the same servers with vLLM's async scheduling off for all (vLLM turns it off for every
 #      proposer that is not EAGLE/MTP/draft-model, ngram included): what async scheduling is worth;
-# (g3) T=0.7 at concurrency 1 (EntMTP: lossless acceptance, its default for sampled requests).
+# (g3) T=0.7 at concurrency 1 (EntMTP: lossless acceptance, its default for sampled requests);
+# (g4) greedy c=1 with a static hybrid tree (lookup:4+chain:1, the best tree of run d5) instead of
+#      the default switching bank.
 set -u
 cd "$(dirname "$0")/../.."
 ENT=.venv/bin/entmtp
 OUT=docs/results
-STAGES=${STAGES:-"g1 g2 g3"}
-COMMON="--compare --dataset mt_bench --split test -n 16 --max-tokens 128 --no-progress"  # the model's own dtype: bf16
+STAGES=${STAGES:-"g1 g4 g2 g3"}
+# The model's own dtype (bf16). vLLM on CPU refuses to start unless --gpu-memory-utilization (a
+# fraction of the machine's memory) is free; its default 0.92 failed here once other processes held
+# ~2 GB, so every server gets 0.5 (a start-up check only: the KV cache is VLLM_CPU_KVCACHE_SPACE).
+MEM=--gpu-memory-utilization=0.5
+COMMON="--compare --dataset mt_bench --split test -n 16 --max-tokens 128 --no-progress"
 if [[ " $STAGES " == *" g1 "* ]]; then
   echo "(g1) greedy c=1,8: $(date)"
-  $ENT bench serve $COMMON --concurrency 1,8 --out $OUT/g1_serve_compare_greedy_bf16
+  $ENT bench serve $COMMON --server-args=$MEM --concurrency 1,8 --out $OUT/g1_serve_compare_greedy_bf16
   echo "(g1) exit $?: $(date)"
 fi
 if [[ " $STAGES " == *" g2 "* ]]; then
   echo "(g2) greedy c=8, async scheduling off everywhere: $(date)"
   $ENT bench serve $COMMON --concurrency 8 --methods vllm,entmtp \
-    --server-args=--no-async-scheduling --out $OUT/g2_serve_c8_no_async_bf16
+    --server-args="$MEM --no-async-scheduling" --out $OUT/g2_serve_c8_no_async_bf16
   echo "(g2) exit $?: $(date)"
 fi
 if [[ " $STAGES " == *" g3 "* ]]; then
   echo "(g3) T=0.7 c=1: $(date)"
-  $ENT bench serve $COMMON --concurrency 1 --temperature 0.7 --out $OUT/g3_serve_compare_t07_bf16
+  $ENT bench serve $COMMON --server-args=$MEM --concurrency 1 --temperature 0.7 --out $OUT/g3_serve_compare_t07_bf16
   echo "(g3) exit $?: $(date)"
+fi
+if [[ " $STAGES " == *" g4 "* ]]; then
+  echo "(g4) greedy c=1, static hybrid bank: $(date)"
+  $ENT bench serve $COMMON --server-args=$MEM --concurrency 1 --methods vllm,ngram,entmtp --bank lookup:4+chain:1 \
+    --out $OUT/g4_serve_compare_hybrid_tree_bf16
+  echo "(g4) exit $?: $(date)"
 fi
 echo "all done: $(date)"
