@@ -312,3 +312,22 @@ def test_source_bad_choices_file(tmp_path: Path, data: object, expected: str) ->
         load_tree_source(str(path))
     assert f"tree file {path}: " in str(info.value)
     assert expected in str(info.value)
+
+
+SHIPPED_BANKS = sorted((Path(__file__).resolve().parents[1] / "entmtp_vllm" / "assets" / "banks").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", SHIPPED_BANKS, ids=[p.stem for p in SHIPPED_BANKS])
+def test_shipped_banks_load_and_fit_the_shipped_heads(path: Path) -> None:
+    """Every bank shipped in the package (the default and one per task from the tree search)
+    loads, builds its topology and needs no more heads than the shipped Hydra heads have."""
+    from entmtp_vllm.heads.checkpoint import default_heads_path, read_heads_config
+    from entmtp_vllm.topology import TopologyBank
+
+    bank = load_bank(path)
+    trees = [entry.tree() for entry in bank.trees]
+    topology = TopologyBank(trees, [entry.name for entry in bank.trees])
+    heads = default_heads_path("hydra")
+    if heads.is_dir():
+        assert topology.head_depth <= int(read_heads_config(heads)["num_heads"])
+    assert bank.policy is not None and len(SHIPPED_BANKS) >= 5
