@@ -116,6 +116,12 @@ def _unsupported(sampling_params) -> list[str]:
     return found
 
 
+def _root_features(rows: torch.Tensor) -> tuple[list[float], list[float]]:
+    """The verifier's top-1 probability p0 and entropy at each request's next root (its row)."""
+    probs = torch.softmax(rows.float(), dim=-1)
+    return probs.max(dim=-1).values.tolist(), entropy_of(probs).tolist()
+
+
 class EntMTPCPUModelRunner(CPUModelRunner):
     """vLLM's CPU model runner with tree verification for the EntMTP proposer."""
 
@@ -244,10 +250,11 @@ class EntMTPCPUModelRunner(CPUModelRunner):
         first = metadata.cu_num_sampled_tokens.cpu().numpy().astype(np.int64) - num_drafts - 1
         rows = logits if not num_drafts.any() else logits[torch.from_numpy(first)]
         output = super()._sample(rows, None)
-        probs = torch.softmax(rows.float(), dim=-1)
-        p0 = probs.max(dim=-1).values.tolist()
-        entropies = entropy_of(probs).tolist()
         token_rows = plan.starts[1:] - num_drafts - 1
+        if plan.stock_sampler or self._entmtp.drafts_nothing(len(self.input_batch.req_ids)):
+            p0 = entropies = [0.0] * plan.num_reqs  # nothing will be drafted: no features needed
+        else:
+            p0, entropies = _root_features(rows)
         plan.outcomes = [(int(token_rows[i]), p0[i], entropies[i], None) for i in range(plan.num_reqs)]
         return output
 
@@ -308,9 +315,7 @@ class EntMTPCPUModelRunner(CPUModelRunner):
         if step is not None and step.capture_rows is not None and sources:
             compact_kv_cpu(step, torch.tensor(sources, dtype=torch.long), torch.tensor(destinations, dtype=torch.long))
 
-        probs = torch.softmax(logits[last_rows].float(), dim=-1)
-        p0 = probs.max(dim=-1).values.tolist()
-        entropies = entropy_of(probs).tolist()
+        p0, entropies = _root_features(logits[last_rows])
         plan.outcomes = [
             (token_rows[i], p0[i], entropies[i], accept_lengths[i]) for i in range(plan.num_reqs)
         ]

@@ -247,6 +247,10 @@ class EntMTPProposer:
         metrics.count("compaction_moves", moves)
 
     @torch.inference_mode()
+    def drafts_nothing(self, batch_size: int) -> bool:
+        """Whether a step with `batch_size` requests falls back to plain decoding (no drafts)."""
+        return self.fallback_max_batch is not None and batch_size > self.fallback_max_batch and self.fallback_tree is None
+
     def propose_trees(self, requests: list[DraftRequest | None], batch_size: int) -> list[list[int]]:
         """Draft one tree per request (None: no draft for that row); drafts in bank node order."""
         if self.drafter is None:
@@ -255,7 +259,7 @@ class EntMTPProposer:
         depth = self.bank.head_depth
         drafts: list[list[int]] = []
         chosen: set[int] = set()
-        if use_fallback and self.fallback_tree is None:  # plain decoding for this step
+        if self.drafts_nothing(batch_size):  # plain decoding for this step
             self.stats.fallback_steps += sum(r is not None for r in requests)
             metrics.count("fallback_steps", sum(r is not None for r in requests))
             return [[] for _ in requests]
