@@ -40,4 +40,9 @@ if [[ " $STAGES " == *" g4 "* ]]; then
     --out $OUT/g4_serve_compare_hybrid_tree_bf16
   echo "(g4) exit $?: $(date)"
 fi
+if [[ " $STAGES " == *" g5 "* ]]; then
+  echo "(g5) greedy c=8 again after dropping the root softmax on steps without drafts: $(date)"
+  $ENT bench serve $COMMON --server-args=$MEM --concurrency 8 --methods vllm,entmtp --out $OUT/g5_serve_c8_bf16
+  echo "(g5) exit $?: $(date)"
+fi
 echo "all done: $(date)"
