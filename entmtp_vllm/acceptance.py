@@ -84,6 +84,14 @@ def _path(buffers: TreeBuffers, row: int, drafts: int) -> list[int]:
     return buffers.retrieve_indices[row, : drafts + 1].tolist()
 
 
+def longest_path(buffers: TreeBuffers, node_ok: torch.Tensor) -> list[int]:
+    """The accepted path (root first) given which nodes pass their criterion: the longest run
+    from the root over the retrieve rows, ties to the first row (the rule every mode shares)."""
+    lengths = _accepted_drafts(buffers, node_ok)
+    best = int(lengths.argmax())
+    return _path(buffers, best, int(lengths[best]))
+
+
 def accept_greedy(buffers: TreeBuffers, draft_tokens: torch.Tensor, logits: torch.Tensor) -> AcceptResult:
     """Longest root-to-node path whose every draft equals the argmax of its parent's row.
 
@@ -94,9 +102,7 @@ def accept_greedy(buffers: TreeBuffers, draft_tokens: torch.Tensor, logits: torc
     _check_inputs(buffers, draft_tokens, logits)
     target = logits.argmax(dim=-1)
     node_ok = draft_tokens == target[buffers.parents.clamp(min=0)]
-    lengths = _accepted_drafts(buffers, node_ok)
-    best = int(lengths.argmax())
-    accepted = _path(buffers, best, int(lengths[best]))
+    accepted = longest_path(buffers, node_ok)
     return AcceptResult(accepted, int(target[accepted[-1]]))
 
 

@@ -31,7 +31,10 @@ Policies swept: static (each tree); hysteresis for every (conservative, aggressi
 plus τ_on at quantiles of the observed s (the paper's grid sits in the far lower tail of s for a
 well-calibrated small model) with τ_off = τ_on or the next lower quantile; single-threshold
 hysteresis on the history features `recent_accept_mean` and `last_accept_length` at their
-quantiles (family `hysteresis@FEATURE`; note that the path value max(p0, p0·p1, ...) equals p0); ladders over the bank
+quantiles (family `hysteresis@FEATURE`; note that the path value max(p0, p0·p1, ...) equals p0),
+and, for banks with hybrid trees, on the lookup features `lookup_match` and `lookup_accept_rate`
+(`HybridReplay` replays the lookup drafter, its features and the cut chains exactly as the
+engines run them; a test checks it against `ReferenceEngine`); ladders over the bank
 sorted by size (every three of them, and all) with edges at quantiles of s (uniform, low- and
 high-skewed).
 """
@@ -50,13 +53,15 @@ from typing import Any, Callable
 
 import torch
 
+from entmtp_vllm.acceptance import longest_path
 from entmtp_vllm.bank_file import BankFile, load_bank, save_bank
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.features import FeatureTracker, entropy
+from entmtp_vllm.lookup import LookupConfig, LookupMatch, LookupStats, PromptLookup
 from entmtp_vllm.policies import make_policy, validate_policy_config
-from entmtp_vllm.tree import Tree
+from entmtp_vllm.tree import LOOKUP, Tree
 
-from tree_search.scoring import accepted_branches
+from tree_search.scoring import accepted_branches, lookup_hits
 from tree_search.calibration import (
     Calibration,
     Trajectory,
@@ -181,6 +186,55 @@ def accept_length(tree: frozenset, ranks: Sequence[int]) -> int:
     return accepted_branches(tree, ranks)[0] + 1
 
 
+class HybridReplay:
+    """Prompt lookup in the replay of a bank with hybrid trees, as the engines run it: each step
+    the lookup drafter proposes from the context (prompt + trajectory up to the root), the policy
+    reads the lookup features (`LookupStats`), the chosen tree's chain is cut to the tokens found,
+    and the accepted path is the engine's (`accept_greedy`'s rows and tie-break) with node
+    acceptance from the oracle ranks (head nodes) and the correct copies (lookup nodes)."""
+
+    def __init__(self, bank, calibration: Calibration, config: LookupConfig | None = None) -> None:
+        self.bank, self.calibration = bank, calibration
+        self.config = config or LookupConfig()
+        self.lookup = PromptLookup(self.config)
+        self.length = bank.lookup_length
+        self._hits = [lookup_hits(t.prompt_ids, t.tokens, self.lookup, self.length) for t in calibration.trajectories]
+        self._matches: list[list[LookupMatch]] = [self._proposals(t) for t in calibration.trajectories]
+
+    def _proposals(self, trajectory: Trajectory) -> list[LookupMatch]:
+        context = list(trajectory.prompt_ids) + list(trajectory.tokens)
+        start = len(trajectory.prompt_ids)
+        return [self.lookup.propose(context[: start + i + 1], self.length) for i in range(len(trajectory.tokens))]
+
+    def start(self, k: int) -> "_HybridWalk":
+        return _HybridWalk(self, k)
+
+
+class _HybridWalk:
+    """One trajectory's lookup state during a replay."""
+
+    def __init__(self, owner: HybridReplay, k: int) -> None:
+        self.owner, self.k = owner, k
+        self.stats = LookupStats(owner.config.ema_alpha)
+
+    def features(self, i: int) -> dict[str, float]:
+        return self.stats.features(self.owner._matches[self.k][i])
+
+    def accept(self, index: int, i: int) -> int:
+        owner = self.owner
+        found = len(owner._matches[self.k][i].tokens)
+        buffers = owner.bank.buffers(index, "cpu", lookup_length=found)
+        ranks, hits = owner.calibration.trajectories[self.k].ranks[i], owner._hits[self.k][i]
+        node_ok = torch.zeros(buffers.num_nodes, dtype=torch.bool)
+        for node, path in enumerate(buffers.nodes[1:], start=1):
+            depth, rank = len(path), path[-1]
+            node_ok[node] = hits >= depth if rank == LOOKUP else (depth <= len(ranks) and ranks[depth - 1] == rank)
+        accepted = longest_path(buffers, node_ok)
+        if buffers.lookup_nodes:
+            self.stats.observe(len(buffers.lookup_nodes), len(set(accepted) & set(buffers.lookup_nodes)))
+        return len(accepted)
+
+
 @dataclass
 class ReplayResult:
     """One policy replayed over the calibration trajectories."""
@@ -224,11 +278,7 @@ def replay(policy_config: dict[str, Any], trees: Sequence[tuple[str, Tree]], cal
         policy = make_policy(policy_config, bank)
     tree_sets = [frozenset(t.paths) for _, t in trees]
     depth = bank.head_depth
-    if bank.lookup_length:
-        raise EntMTPError(
-            "calibrate replays heads-only banks; a bank with prompt-lookup trees is calibrated with "
-            "`entmtp bench offline` sweeps (see docs/results/hybrid_sweep_calib)"
-        )
+    hybrid = HybridReplay(bank, calibration) if bank.lookup_length else None
     if depth > calibration.rank_depth:
         raise EntMTPError(f"the bank drafts {depth} deep but the calibration ranked {calibration.rank_depth} heads")
     names = [n for n, _ in trees]
@@ -238,17 +288,24 @@ def replay(policy_config: dict[str, Any], trees: Sequence[tuple[str, Tree]], cal
     for k, (trajectory, feats) in enumerate(zip(calibration.trajectories, features)):
         tracker = FeatureTracker()
         state = policy.new_state()
+        lookup = hybrid.start(k) if hybrid is not None else None
 
         def accept_at(i: int) -> int:
             extra = {"head_top1_1": feats.chain[i][0]} if diagnostic else None
+            if lookup is not None:
+                extra = {**lookup.features(i), **(extra or {})}
             f = tracker.features(feats.p0[i], feats.chain[i][:depth], feats.entropy[i], extra)
             index = policy.choose(state, f)
-            a = accept_length(tree_sets[index], trajectory.ranks[i])
+            if lookup is not None:
+                a = lookup.accept(index, i)
+            else:
+                a = accept_length(tree_sets[index], trajectory.ranks[i])
             tracker.observe_step(a, feats.entropy[i])
             counts[index] += 1
             if per_step is not None:
+                shown = replace(f, extra={n: v for n, v in f.extra.items() if n != "head_top1_1"}) if diagnostic else f
                 per_step.append({"prompt": k, "position": i, "tree": names[index], "accept_length": a,
-                                 "features": (replace(f, extra={}) if diagnostic else f).as_row()})
+                                 "features": shown.as_row()})
             return a
 
         for _, a in walk(trajectory, calibration.max_tokens, calibration.eos_ids, accept_at):
@@ -541,6 +598,9 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
                       detail=True)
     s_values = [step["features"]["path_value"] for step in observed.per_step]
     others = {f: [step["features"][f] for step in observed.per_step] for f in HISTORY_FEATURES}
+    if any(tree.lookup_length for _, tree in trees):  # hybrid trees: thresholds on the lookup features too
+        for f in ("lookup_match", "lookup_accept_rate"):
+            others[f] = [step["features"].get(f, 0.0) for step in observed.per_step]
     others["head_top1_1"] = [step["features"]["head_top1_1"] for step in observed.per_step]
     diagnostic_rows = [r for r in sweep(policy_grid(trees, [], {"head_top1_1": others.pop("head_top1_1")})[len(trees):],
                                         trees, calibration, features, costs, base)]

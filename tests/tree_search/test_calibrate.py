@@ -172,3 +172,41 @@ def test_a_recalibration_drops_the_trees_an_earlier_one_added(tmp_path):
     assert [n for n, _ in final_trees({"kind": "static", "tree": "small"}, pool, ["small"])] == ["small"]
     assert [n for n, _ in final_trees({"kind": "ladder", "edges": [0.1, 0.2], "trees": ["small", "mid", "deep"]},
                                       pool, ["mid"])] == ["mid", "small", "deep"]
+
+
+HYBRID_TREES = [("hydra", Tree.from_spec("chain:1")), ("loop", Tree.from_spec("lookup:3+full:2,1")),
+                ("copy", Tree.from_spec("lookup:2"))]
+
+
+def test_hybrid_replay_equals_the_engine_step_by_step(tiny, tmp_path):
+    """A bank with prompt-lookup trees: lookup features, tree choices (policies on the lookup
+    match and on the recent lookup acceptance) and accept lengths replayed from the calibration
+    are the reference engine's own (greedy, float32)."""
+    model, drafter = tiny
+    calibration = calibrate(model, drafter, random_prompts(3))
+    features = build_features(calibration, lambda: (model, None, drafter), tmp_path / "f.jsonl", {"test": 1},
+                              progress=False)
+    on_match = {"kind": "hysteresis", "conservative": "hydra", "aggressive": "loop", "tau_on": 1.5, "tau_off": 1.5,
+                "feature": "lookup_match"}
+    on_rate = {"kind": "hysteresis", "conservative": "copy", "aggressive": "loop", "tau_on": 0.5, "tau_off": 0.3,
+               "feature": "lookup_accept_rate"}
+    bank = TopologyBank([t for _, t in HYBRID_TREES], [n for n, _ in HYBRID_TREES])
+    for config in (on_match, on_rate, {"kind": "static", "tree": "loop"}):
+        replayed = replay(config, HYBRID_TREES, calibration, features, detail=True)
+        engine = ReferenceEngine(model, None, drafter, bank, make_policy(config, bank))
+        steps = []
+        for trajectory in calibration.trajectories:
+            gen = engine.generate(trajectory.prompt_ids, calibration.max_tokens, acceptance="greedy")
+            assert gen.token_ids == trajectory.tokens[: calibration.max_tokens]
+            steps += gen.steps
+        assert [r.tree_name for r in steps] == [step["tree"] for step in replayed.per_step]
+        assert [r.accept_length for r in steps] == [step["accept_length"] for step in replayed.per_step]
+        for record, step in zip(steps, replayed.per_step):
+            assert record.features.keys() == step["features"].keys()
+            for key, value in record.features.items():
+                assert step["features"][key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+        if config is not on_match:
+            continue
+        assert replayed.switches > 0  # not a vacuous check: the lookup feature moves the policy
+    static = replay({"kind": "static", "tree": "loop"}, HYBRID_TREES, calibration, features)
+    assert static.tau > replay({"kind": "static", "tree": "hydra"}, HYBRID_TREES, calibration, features).tau
