@@ -256,7 +256,6 @@ class EntMTPProposer:
         if self.drafter is None:
             raise EntMTPError("EntMTP: propose_trees called before load_model")
         use_fallback = self.fallback_max_batch is not None and batch_size > self.fallback_max_batch
-        depth = self.bank.head_depth
         drafts: list[list[int]] = []
         chosen: set[int] = set()
         if self.drafts_nothing(batch_size):  # plain decoding for this step
@@ -271,7 +270,10 @@ class EntMTPProposer:
             if request.accept_length is not None and state.entropy_at_proposal is not None:
                 state.tracker.observe_step(request.accept_length, state.entropy_at_proposal)
             step = self.drafter.begin(request.hidden.to(self.device), request.root)
-            head_top1 = step.greedy_chain(depth)
+            # The heads' top-1 chain is not needed to choose: the path value max(p0, p0·p1, …)
+            # equals p0 (every p <= 1), and no policy feature reads the heads. Skipping it saves
+            # a head call on steps whose tree has no head node (e.g. a lookup-only tree).
+            head_top1: list[float] = []
             match, extra = NO_MATCH, None
             if self.lookup is not None:
                 context = request.context
