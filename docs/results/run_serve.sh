@@ -45,4 +45,9 @@ if [[ " $STAGES " == *" g5 "* ]]; then
   $ENT bench serve $COMMON --server-args=$MEM --concurrency 8 --methods vllm,entmtp --out $OUT/g5_serve_c8_bf16
   echo "(g5) exit $?: $(date)"
 fi
+if [[ " $STAGES " == *" g6 "* ]]; then
+  echo "(g6) greedy c=1 again after dropping the heads' chain for the policy: $(date)"
+  $ENT bench serve $COMMON --server-args=$MEM --concurrency 1 --out $OUT/g6_serve_compare_c1_bf16
+  echo "(g6) exit $?: $(date)"
+fi
 echo "all done: $(date)"
