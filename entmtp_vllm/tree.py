@@ -32,6 +32,16 @@ MAX_SPEC_NODES = 4096
 LOOKUP = -1
 """The rank of a prompt-lookup node (its token comes from the lookup drafter, not a head)."""
 
+
+def head_depth(paths: Iterable[tuple[int, ...]]) -> int:
+    """Depth of the deepest head-drafted node among `paths`: how many heads they need (0 if none)."""
+    return max((len(path) for path in paths if path and path[-1] != LOOKUP), default=0)
+
+
+def lookup_length(paths: Iterable[tuple[int, ...]]) -> int:
+    """Length of the prompt-lookup chain among `paths` (0 without lookup nodes)."""
+    return sum(1 for path in paths if path and path[-1] == LOOKUP)
+
 SPEC_FORMS = (
     "chain:K (a chain of K nodes), full:B^D (B-ary, depth D), "
     "full:b1,b2,... (b_d children per node at depth d), lookup:L (a chain of L prompt-lookup "
@@ -164,12 +174,12 @@ class Tree:
     @property
     def head_depth(self) -> int:
         """Depth of the deepest head-drafted node: how many heads the tree needs (0 if none)."""
-        return max((len(path) for path in self._paths if path[-1] != LOOKUP), default=0)
+        return head_depth(self._paths)
 
     @property
     def lookup_length(self) -> int:
         """Length of the prompt-lookup chain under the root (0 for a heads-only tree)."""
-        return sum(1 for path in self._paths if path[-1] == LOOKUP)
+        return lookup_length(self._paths)
 
     def with_lookup_length(self, length: int) -> Tree:
         """This tree with its lookup chain cut to `length` nodes (and every node below the cut

@@ -61,7 +61,7 @@ from entmtp_vllm.lookup import LookupConfig, LookupMatch, LookupStats, PromptLoo
 from entmtp_vllm.policies import make_policy, validate_policy_config
 from entmtp_vllm.tree import LOOKUP, Tree
 
-from tree_search.scoring import accepted_branches, lookup_hits
+from tree_search.scoring import accepted_branches, correct_copies, lookup_proposals
 from tree_search.calibration import (
     Calibration,
     Trajectory,
@@ -198,13 +198,10 @@ class HybridReplay:
         self.config = config or LookupConfig()
         self.lookup = PromptLookup(self.config)
         self.length = bank.lookup_length
-        self._hits = [lookup_hits(t.prompt_ids, t.tokens, self.lookup, self.length) for t in calibration.trajectories]
-        self._matches: list[list[LookupMatch]] = [self._proposals(t) for t in calibration.trajectories]
-
-    def _proposals(self, trajectory: Trajectory) -> list[LookupMatch]:
-        context = list(trajectory.prompt_ids) + list(trajectory.tokens)
-        start = len(trajectory.prompt_ids)
-        return [self.lookup.propose(context[: start + i + 1], self.length) for i in range(len(trajectory.tokens))]
+        self._matches: list[list[LookupMatch]] = [
+            lookup_proposals(t.prompt_ids, t.tokens, self.lookup, self.length) for t in calibration.trajectories
+        ]
+        self._hits = [correct_copies(m, t.tokens) for m, t in zip(self._matches, calibration.trajectories)]
 
     def start(self, k: int) -> "_HybridWalk":
         return _HybridWalk(self, k)

@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 import torch
 
 from entmtp_vllm.errors import EntMTPError
-from entmtp_vllm.lookup import LookupConfig, PromptLookup
+from entmtp_vllm.lookup import LookupConfig, LookupMatch, PromptLookup
 from entmtp_vllm.topology import build_tree_buffers
-from entmtp_vllm.tree import LOOKUP, Tree
+from entmtp_vllm.tree import LOOKUP, Tree, head_depth, lookup_length
 
 from tree_search.calibration import Calibration, verify_tree_at, walk
 
@@ -91,19 +91,30 @@ def _check(tree: frozenset[Path_], candidates: Sequence[Path_]) -> None:
             raise ValueError(f"candidate {list(path)} has no parent in the tree")
 
 
-def lookup_hits(prompt_ids: Sequence[int], tokens: Sequence[int], lookup: PromptLookup, length: int) -> list[int]:
-    """Per root position i (root `tokens[i]`): how many leading tokens of the lookup drafter's
-    proposal (up to `length`, context prompt + tokens[:i+1]) equal tokens[i+1:]."""
+def lookup_proposals(prompt_ids: Sequence[int], tokens: Sequence[int], lookup: PromptLookup,
+                     length: int) -> list[LookupMatch]:
+    """The lookup drafter's proposal (up to `length` tokens) at each root position i of a
+    trajectory: context prompt + tokens[:i+1], as the engines give it."""
     context = list(prompt_ids) + list(tokens)
     start = len(prompt_ids)
+    return [lookup.propose(context[: start + i + 1], length) for i in range(len(tokens))]
+
+
+def correct_copies(proposals: Sequence[LookupMatch], tokens: Sequence[int]) -> list[int]:
+    """Per root position i: how many leading tokens of its proposal equal tokens[i+1:]."""
     hits = []
-    for i in range(len(tokens)):
-        proposal = lookup.propose(context[: start + i + 1], length).tokens
+    for i, match in enumerate(proposals):
         n = 0
-        while n < len(proposal) and i + 1 + n < len(tokens) and proposal[n] == tokens[i + 1 + n]:
+        while n < len(match.tokens) and i + 1 + n < len(tokens) and match.tokens[n] == tokens[i + 1 + n]:
             n += 1
         hits.append(n)
     return hits
+
+
+def lookup_hits(prompt_ids: Sequence[int], tokens: Sequence[int], lookup: PromptLookup, length: int) -> list[int]:
+    """Per root position i (root `tokens[i]`): how many leading tokens of the lookup drafter's
+    proposal (up to `length`, context prompt + tokens[:i+1]) equal tokens[i+1:]."""
+    return correct_copies(lookup_proposals(prompt_ids, tokens, lookup, length), tokens)
 
 
 def accepted_branches(tree: frozenset, row: Sequence[int], hits: int = 0,
@@ -141,16 +152,6 @@ def accepted_branches(tree: frozenset, row: Sequence[int], hits: int = 0,
     return best, found
 
 
-def head_depth(paths: Iterable[Path_]) -> int:
-    """Heads a set of paths needs (lookup nodes need none)."""
-    return max((len(p) for p in paths if p[-1] != LOOKUP), default=0)
-
-
-def lookup_depth(paths: Iterable[Path_]) -> int:
-    """Length of the lookup chain in a set of paths."""
-    return max((len(p) for p in paths if p[-1] == LOOKUP), default=0)
-
-
 class RankScorer:
     """What-if scoring from the oracle rank paths (no model call); lookup nodes from the lookup
     drafter's proposals on the trajectory (`lookup_hits`, computed once per trajectory)."""
@@ -180,7 +181,7 @@ class RankScorer:
             raise EntMTPError(
                 f"a tree of depth {deepest} needs {deepest} heads but the calibration ranked only {self.calibration.rank_depth}"
             )
-        chain = lookup_depth(tree | wanted)
+        chain = lookup_length(tree | wanted)
         all_hits = self.hits(chain) if chain else None
         cal = self.calibration
         gains = dict.fromkeys(candidates, 0)
@@ -230,7 +231,7 @@ class ForwardScorer:
         tree = frozenset(tuple(p) for p in tree)
         candidates = [tuple(p) for p in candidates]
         _check(tree, candidates)
-        if lookup_depth(tree | set(candidates)):
+        if lookup_length(tree | set(candidates)):
             raise EntMTPError("the forward scorer does not score prompt-lookup nodes; use the rank scorer")
         joint = Tree.from_choices(sorted(tree | set(candidates)))
         device = next(self.model.parameters()).device

@@ -35,7 +35,7 @@ import torch
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.heads.blocks import PrefixCache
 from entmtp_vllm.heads.hydra import DraftHeads
-from entmtp_vllm.tree import LOOKUP
+from entmtp_vllm.tree import LOOKUP, head_depth
 
 Path_ = tuple[int, ...]
 
@@ -200,10 +200,10 @@ class DraftStep:
         """A token for every node of the tree described by `buffers` (a `TreeBuffers`);
         lookup nodes take `lookup_tokens[depth - 1]`."""
         nodes = buffers.nodes
-        head_depth = max((len(p) for p in nodes[1:] if p[-1] != LOOKUP), default=0)
-        if head_depth > self.drafter.max_depth:
+        needed = head_depth(nodes[1:])
+        if needed > self.drafter.max_depth:
             raise EntMTPError(
-                f"the tree is {head_depth} deep but the heads draft only {self.drafter.max_depth} tokens: "
+                f"the tree is {needed} deep but the heads draft only {self.drafter.max_depth} tokens: "
                 f"use a tree of depth <= {self.drafter.max_depth} or heads with more heads"
             )
         lookup_tokens = list(lookup_tokens or [])
