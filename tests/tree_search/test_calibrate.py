@@ -30,6 +30,25 @@ from tree_search.calibration import Calibration, Trajectory
 TREES = [("small", Tree.from_spec("chain:1")), ("big", Tree.from_spec("full:2,2,1"))]
 
 
+def assert_replay_is_the_engines_run(model, drafter, bank, config, calibration, replayed) -> list:
+    """The reference engine's greedy run with `config` over `bank`: same tokens as the
+    calibration, and the replay's tree choices, accept lengths and features step by step.
+    Returns the engine's step records."""
+    engine = ReferenceEngine(model, None, drafter, bank, make_policy(config, bank))
+    steps = []
+    for trajectory in calibration.trajectories:
+        gen = engine.generate(trajectory.prompt_ids, calibration.max_tokens, acceptance="greedy")
+        assert gen.token_ids == trajectory.tokens[: calibration.max_tokens]
+        steps += gen.steps
+    assert [r.tree_name for r in steps] == [step["tree"] for step in replayed.per_step]
+    assert [r.accept_length for r in steps] == [step["accept_length"] for step in replayed.per_step]
+    for record, step in zip(steps, replayed.per_step):
+        assert record.features.keys() == step["features"].keys()
+        for key, value in record.features.items():
+            assert step["features"][key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+    return steps
+
+
 def test_replay_equals_the_engine_step_by_step(tiny, tmp_path):
     """Features, tree choices and accept lengths of a hysteresis policy, replayed from the
     calibration, are the reference engine's own (greedy, float32)."""
@@ -52,18 +71,7 @@ def test_replay_equals_the_engine_step_by_step(tiny, tmp_path):
         assert replayed.switches > 0 and set(replayed.tree_steps.values()) != {0}
 
         bank = TopologyBank([t for _, t in TREES], [n for n, _ in TREES])
-        engine = ReferenceEngine(model, None, drafter, bank, make_policy(config, bank))
-        steps = []
-        for trajectory in calibration.trajectories:
-            gen = engine.generate(trajectory.prompt_ids, calibration.max_tokens, acceptance="greedy")
-            assert gen.token_ids == trajectory.tokens[: calibration.max_tokens]
-            steps += gen.steps
-        assert [r.tree_name for r in steps] == [step["tree"] for step in replayed.per_step]
-        assert [r.accept_length for r in steps] == [step["accept_length"] for step in replayed.per_step]
-        for record, step in zip(steps, replayed.per_step):
-            assert record.features.keys() == step["features"].keys()
-            for key, value in record.features.items():
-                assert step["features"][key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+        steps = assert_replay_is_the_engines_run(model, drafter, bank, config, calibration, replayed)
         assert replayed.tau == pytest.approx(sum(r.accept_length for r in steps) / len(steps))
 
 
@@ -193,20 +201,8 @@ def test_hybrid_replay_equals_the_engine_step_by_step(tiny, tmp_path):
     bank = TopologyBank([t for _, t in HYBRID_TREES], [n for n, _ in HYBRID_TREES])
     for config in (on_match, on_rate, {"kind": "static", "tree": "loop"}):
         replayed = replay(config, HYBRID_TREES, calibration, features, detail=True)
-        engine = ReferenceEngine(model, None, drafter, bank, make_policy(config, bank))
-        steps = []
-        for trajectory in calibration.trajectories:
-            gen = engine.generate(trajectory.prompt_ids, calibration.max_tokens, acceptance="greedy")
-            assert gen.token_ids == trajectory.tokens[: calibration.max_tokens]
-            steps += gen.steps
-        assert [r.tree_name for r in steps] == [step["tree"] for step in replayed.per_step]
-        assert [r.accept_length for r in steps] == [step["accept_length"] for step in replayed.per_step]
-        for record, step in zip(steps, replayed.per_step):
-            assert record.features.keys() == step["features"].keys()
-            for key, value in record.features.items():
-                assert step["features"][key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
-        if config is not on_match:
-            continue
-        assert replayed.switches > 0  # not a vacuous check: the lookup feature moves the policy
+        assert_replay_is_the_engines_run(model, drafter, bank, config, calibration, replayed)
+        if config is on_match:
+            assert replayed.switches > 0  # not a vacuous check: the lookup feature moves the policy
     static = replay({"kind": "static", "tree": "loop"}, HYBRID_TREES, calibration, features)
     assert static.tau > replay({"kind": "static", "tree": "hydra"}, HYBRID_TREES, calibration, features).tau
