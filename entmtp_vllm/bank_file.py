@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -220,13 +221,26 @@ def _pretty_json(value: object, level: int = 0) -> str:
     return json.dumps(value)
 
 
+def _file_mode(path: Path) -> int:
+    """The permissions `open(path, "w")` would leave: the existing file's, else 0o666 less the umask."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def save_bank(bank: BankFile, path: str | os.PathLike[str]) -> None:
-    """Write `bank` as indented JSON; the file is replaced atomically (never left half written)."""
+    """Write `bank` as indented JSON; the file is replaced atomically (never left half written)
+    and gets the permissions a plain write would give it (not the temporary file's 0600)."""
     path = Path(path)
     text = _pretty_json(bank.model_dump(mode="json")) + "\n"
     try:
+        mode = _file_mode(path)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
+            os.fchmod(fd, mode)
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(text)
                 handle.flush()

@@ -77,6 +77,23 @@ def test_save_is_pretty_and_exact(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path)) == ["in.json", "out.json"]
 
 
+def test_saved_banks_get_the_permissions_of_a_plain_write(tmp_path: Path) -> None:
+    """Not the 0600 of the temporary file it is written through: a new file gets 0666 less the
+    umask, a replaced file keeps its mode."""
+    bank = BankFile(trees=[BankTree(name="t", choices=[[0]])])
+    old = os.umask(0o022)
+    try:
+        save_bank(bank, tmp_path / "new.json")
+        assert (tmp_path / "new.json").stat().st_mode & 0o777 == 0o644
+        kept = tmp_path / "kept.json"
+        kept.write_text("{}")
+        kept.chmod(0o640)
+        save_bank(bank, kept)
+        assert kept.stat().st_mode & 0o777 == 0o640 and load_bank(kept) == bank
+    finally:
+        os.umask(old)
+
+
 def test_failed_save_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "bank.json"
     out.write_text("old")

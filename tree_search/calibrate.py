@@ -482,7 +482,6 @@ def write_policy(bank_path: Path, policy: dict[str, Any], extra_trees: Sequence[
     data["metadata"] = {**data.get("metadata", {}), **metadata, "calibration_added_trees": [t["name"] for t in added]}
     updated = BankFile.model_validate(data)
     save_bank(updated, bank_path)
-    bank_path.chmod(0o644)
     return load_bank(bank_path)
 
 
@@ -624,7 +623,6 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
                 "trees": [pool_entries[name] for name in r["bank"]],
                 "metadata": {"source": "tree_search calibrate: a policy timed in the engine", "policy": r["policy"]},
             }), path)
-            path.chmod(0o644)
             label[r["policy"]] = f"bank:{path}"
         return label[r["policy"]]
 

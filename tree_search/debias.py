@@ -288,7 +288,6 @@ def write_debias_outputs(results: dict[str, Any], out: Path) -> dict[str, str]:
     paths["markdown"].write_text(debias_markdown(results), encoding="utf-8")
     if any(r["frontier"] and r["steps"] for r in results["rows"]):
         save_bank(debiased_bank(results), paths["bank"])
-        paths["bank"].chmod(0o644)  # save_bank writes through a 0600 temporary file
         load_bank(paths["bank"])
     else:
         paths.pop("bank")

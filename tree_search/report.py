@@ -146,7 +146,6 @@ def write_frontier_outputs(results: dict[str, Any], out: Path) -> dict[str, str]
     if results["bank_sizes"]:
         bank_path = out / "bank.json"
         save_bank(frontier_bank(results), bank_path)
-        bank_path.chmod(0o644)  # save_bank writes through a 0600 temporary file
         load_bank(bank_path)  # what the search writes must load back
         written["bank"] = str(bank_path)
     paths["markdown"].write_text(frontier_markdown(results), encoding="utf-8")

@@ -157,7 +157,6 @@ def run_throughput(config: ThroughputConfig, progress: bool = True, log: Callabl
         "model": settings["model"], "task": settings["dataset"], "trees": entries, "policy": None,
         "metadata": {"source": "tree_search throughput: the trees timed", "frontier": str(folder)},
     }), candidates)
-    candidates.chmod(0o644)
 
     methods = ["ar"] + [f"tree:{candidates}#{e['name']}" for e in entries]
     bench_cfg = bench_config(settings, methods, dtype=config.dtype, num_prompts=config.num_prompts,
@@ -321,7 +320,6 @@ def write_throughput_outputs(results: dict[str, Any], out: Path, offline_paths: 
     paths = {"json": out / "throughput.json", "markdown": out / "throughput.md", "png": out / "throughput.png",
              "bank": out / BANK_THROUGHPUT}
     save_bank(throughput_bank(results, paths["bank"]), paths["bank"])
-    paths["bank"].chmod(0o644)
     load_bank(paths["bank"])  # what the search writes must load back
     paths["markdown"].write_text(throughput_markdown(results), encoding="utf-8")
     plot_throughput(results, paths["png"])
