@@ -61,6 +61,7 @@ from entmtp_vllm.lookup import LookupConfig, LookupMatch, LookupStats, PromptLoo
 from entmtp_vllm.policies import make_policy, validate_policy_config
 from entmtp_vllm.tree import LOOKUP, Tree
 
+from tree_search.report import write_stage_outputs
 from tree_search.scoring import accepted_branches, correct_copies, lookup_proposals
 from tree_search.calibration import (
     Calibration,
@@ -831,9 +832,4 @@ def plot_calibrate(results: dict[str, Any], path: Path, pairs_shown: int = 5) ->
 
 
 def write_calibrate_outputs(results: dict[str, Any], out: Path) -> dict[str, str]:
-    paths = {"json": out / "calibrate.json", "markdown": out / "calibrate.md", "png": out / "calibrate.png"}
-    paths["markdown"].write_text(calibrate_markdown(results), encoding="utf-8")
-    plot_calibrate(results, paths["png"])
-    written = {k: str(v) for k, v in paths.items()}
-    paths["json"].write_text(json.dumps({**results, "outputs": written}, indent=1) + "\n", encoding="utf-8")
-    return written
+    return write_stage_outputs(out, "calibrate", results, calibrate_markdown, plot_calibrate)

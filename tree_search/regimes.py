@@ -45,6 +45,7 @@ import numpy as np
 from entmtp_vllm.errors import EntMTPError
 
 from tree_search.calibrate import output_tokens
+from tree_search.report import write_stage_outputs
 
 REGIMES_DIR = "regimes"
 STEPS_FILE = "steps.jsonl"
@@ -510,12 +511,7 @@ def plot_regimes(results: dict[str, Any], path: Path) -> None:
 
 
 def write_regimes_outputs(results: dict[str, Any], out: Path) -> dict[str, str]:
-    paths = {"json": out / "regimes.json", "markdown": out / "regimes.md", "png": out / "regimes.png"}
-    paths["markdown"].write_text(regimes_markdown(results), encoding="utf-8")
-    plot_regimes(results, paths["png"])
-    written = {k: str(v) for k, v in paths.items()}
-    paths["json"].write_text(json.dumps({**results, "outputs": written}, indent=1) + "\n", encoding="utf-8")
-    return written
+    return write_stage_outputs(out, "regimes", results, regimes_markdown, plot_regimes)
 
 
 def combine(results_files: Sequence[str | Path], out: str | Path) -> dict[str, str]:

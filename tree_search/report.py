@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from entmtp_vllm.bank_file import BankFile, load_bank, save_bank
 
@@ -150,5 +150,16 @@ def write_frontier_outputs(results: dict[str, Any], out: Path) -> dict[str, str]
         written["bank"] = str(bank_path)
     paths["markdown"].write_text(frontier_markdown(results), encoding="utf-8")
     plot_frontier(results, paths["png"])
+    paths["json"].write_text(json.dumps({**results, "outputs": written}, indent=1) + "\n", encoding="utf-8")
+    return written
+
+
+def write_stage_outputs(out: Path, stem: str, results: dict[str, Any], markdown: Callable[[dict[str, Any]], str],
+                        plot: Callable[[dict[str, Any], Path], None]) -> dict[str, str]:
+    """A stage's `<stem>.md`, `<stem>.png` and `<stem>.json` (the results with their output paths)."""
+    paths = {"json": out / f"{stem}.json", "markdown": out / f"{stem}.md", "png": out / f"{stem}.png"}
+    paths["markdown"].write_text(markdown(results), encoding="utf-8")
+    plot(results, paths["png"])
+    written = {k: str(v) for k, v in paths.items()}
     paths["json"].write_text(json.dumps({**results, "outputs": written}, indent=1) + "\n", encoding="utf-8")
     return written
