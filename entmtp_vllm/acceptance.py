@@ -29,7 +29,7 @@ import torch
 
 from entmtp_vllm.config import SamplingParams, TypicalConfig
 from entmtp_vllm.errors import EntMTPError
-from entmtp_vllm.sampling import processed_probs, sample
+from entmtp_vllm.sampling import greedy_tokens, processed_probs, sample
 from entmtp_vllm.topology import TreeBuffers
 
 AcceptMode = Literal["greedy", "typical", "lossless"]
@@ -100,7 +100,7 @@ def accept_greedy(buffers: TreeBuffers, draft_tokens: torch.Tensor, logits: torc
     the argmax at the last accepted node (ties to the lowest token id).
     """
     _check_inputs(buffers, draft_tokens, logits)
-    target = logits.argmax(dim=-1)
+    target = greedy_tokens(logits)
     node_ok = draft_tokens == target[buffers.parents.clamp(min=0)]
     accepted = longest_path(buffers, node_ok)
     return AcceptResult(accepted, int(target[accepted[-1]]))

@@ -106,6 +106,10 @@ POLICY_FEATURES = (
 )
 """The scalar features a policy may threshold (`feature` in ladder and hysteresis configs)."""
 
+VERIFIER_FEATURES = ("path_value", "p0", "entropy")
+"""The policy features read off the target's distribution at the root (p0, entropy); an engine
+whose policy thresholds none of them may skip computing that distribution's statistics."""
+
 
 def feature_value(features: StepFeatures, name: str) -> float:
     """The scalar feature `name` of a step (a lookup feature absent this step reads 0)."""

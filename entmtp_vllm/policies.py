@@ -38,7 +38,7 @@ from pydantic import (
 )
 
 from entmtp_vllm.errors import EntMTPError
-from entmtp_vllm.features import POLICY_FEATURES, StepFeatures, feature_value
+from entmtp_vllm.features import POLICY_FEATURES, VERIFIER_FEATURES, StepFeatures, feature_value
 
 
 def _tree_ref(value: object) -> int | str:
@@ -194,6 +194,12 @@ class Policy(ABC):
         self.initial = initial
         self.feature = feature
 
+    @property
+    def reads_verifier(self) -> bool:
+        """Whether the choice depends on the target's p0 / entropy at the root (False: an
+        engine may pass zeros for them)."""
+        return self.feature in VERIFIER_FEATURES
+
     def new_state(self) -> PolicyState:
         """A fresh state for a new request, on the initial tree."""
         return PolicyState(tree=self.initial, usage=[0] * self.num_trees)
@@ -220,6 +226,10 @@ class StaticPolicy(Policy):
     def __init__(self, num_trees: int, tree: int) -> None:
         super().__init__(num_trees, tree)
         self.tree = tree
+
+    @property
+    def reads_verifier(self) -> bool:
+        return False
 
     def _next(self, current: int, s: float) -> int:
         return self.tree

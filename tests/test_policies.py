@@ -211,3 +211,27 @@ def test_policies_can_threshold_another_feature() -> None:
     features = at(0.0)
     features.recent_accept_mean = 2.0
     assert ladder.choose(ladder.new_state(), features) == BANK.index("big")
+
+
+def test_reads_verifier_says_whether_p0_or_entropy_can_change_a_choice() -> None:
+    """Engines skip the root softmax when `reads_verifier` is False: then no value of p0 /
+    entropy / path value may change the choice."""
+    policies = {
+        "static:medium": False,
+        "hysteresis:0.5:small,big": True,
+        "ladder@entropy:1.0:tiny,big": True,
+        "hysteresis@lookup_match:1.5:small,big": False,
+        "ladder@recent_accept_mean:1.5:tiny,big": False,
+    }
+    for text, reads in policies.items():
+        policy = make_policy(parse_policy_arg(text), BANK)
+        assert policy.reads_verifier is reads, text
+        if reads:
+            continue
+        for extreme in (0.0, 1.0):
+            state_a, state_b = policy.new_state(), policy.new_state()
+            for match in (0.0, 3.0, 1.0, 4.0):
+                high, low = at(1.0 - extreme), at(extreme)
+                high.entropy, low.entropy = 10.0 * extreme, 10.0 * (1.0 - extreme)
+                high.extra["lookup_match"] = low.extra["lookup_match"] = match
+                assert policy.choose(state_a, high) == policy.choose(state_b, low), text

@@ -7,7 +7,7 @@ import torch
 from scipy.stats import chisquare
 
 from entmtp_vllm.config import SamplingParams
-from entmtp_vllm.sampling import processed_probs, sample
+from entmtp_vllm.sampling import greedy_tokens, processed_probs, sample
 
 PROBS = torch.tensor([0.05, 0.5, 0.15, 0.3])
 LOGITS = PROBS.log()
@@ -17,6 +17,16 @@ def test_greedy_is_one_hot_argmax_with_ties_to_the_lowest_index() -> None:
     logits = torch.tensor([[1.0, 3.0, 3.0, 0.0], [2.0, 0.0, 2.0, 2.0]])
     probs = processed_probs(logits, SamplingParams())
     assert probs.tolist() == [[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_greedy_tokens_match_argmax_in_the_logits_own_dtype(dtype: torch.dtype) -> None:
+    """The float32 widening is exact: same token as argmax in the original dtype, ties included."""
+    generator = torch.Generator().manual_seed(0)
+    logits = (torch.randn(6, 4096, generator=generator) * 4).to(dtype)
+    logits[0, 7] = logits[0, 3000] = logits[0].max() + 1  # a tie: the lower index wins
+    assert torch.equal(greedy_tokens(logits), logits.argmax(dim=-1))
+    assert int(greedy_tokens(logits[0])) == 7
 
 
 def test_temperature_scales_logits() -> None:

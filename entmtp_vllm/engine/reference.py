@@ -40,7 +40,7 @@ from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.features import FeatureTracker, entropy
 from entmtp_vllm.lookup import NO_MATCH, LookupConfig, LookupStats, PromptLookup
 from entmtp_vllm.policies import Policy, make_policy
-from entmtp_vllm.sampling import processed_probs, sample
+from entmtp_vllm.sampling import greedy_tokens, processed_probs, sample
 from entmtp_vllm.topology import TopologyBank, TreeBuffers
 
 METHODS = ("tree", "ar")
@@ -175,7 +175,7 @@ class ReferenceEngine:
     def _pick(self, logits: torch.Tensor, sampling: SamplingParams, generator: torch.Generator | None) -> int:
         """The next token from one row of logits: argmax when greedy, else a sample."""
         if sampling.greedy:
-            return int(logits.argmax())
+            return int(greedy_tokens(logits))
         return sample(processed_probs(logits, sampling), generator)
 
     # ------------------------------------------------------------------ decoding

@@ -44,7 +44,7 @@ from entmtp_vllm.acceptance import accept
 from entmtp_vllm.config import SamplingParams
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.features import entropy as entropy_of
-from entmtp_vllm.sampling import processed_probs, sample
+from entmtp_vllm.sampling import greedy_tokens, processed_probs, sample
 from entmtp_vllm.topology import TreeBuffers
 from entmtp_vllm.vllm_plugin.attention import TreeStep, compact_kv_cpu, set_tree_step
 from entmtp_vllm.vllm_plugin.proposer import DraftRequest, EntMTPProposer
@@ -114,12 +114,6 @@ def _unsupported(sampling_params) -> list[str]:
     if sampling_params.logprobs is not None:
         found.append("logprobs")
     return found
-
-
-def _root_features(rows: torch.Tensor) -> tuple[list[float], list[float]]:
-    """The verifier's top-1 probability p0 and entropy at each request's next root (its row)."""
-    probs = torch.softmax(rows.float(), dim=-1)
-    return probs.max(dim=-1).values.tolist(), entropy_of(probs).tolist()
 
 
 class EntMTPCPUModelRunner(CPUModelRunner):
@@ -254,7 +248,7 @@ class EntMTPCPUModelRunner(CPUModelRunner):
         if plan.stock_sampler or self._entmtp.drafts_nothing(len(self.input_batch.req_ids)):
             p0 = entropies = [0.0] * plan.num_reqs  # nothing will be drafted: no features needed
         else:
-            p0, entropies = _root_features(rows)
+            p0, entropies = self._root_features(rows)
         plan.outcomes = [(int(token_rows[i]), p0[i], entropies[i], None) for i in range(plan.num_reqs)]
         return output
 
@@ -315,7 +309,7 @@ class EntMTPCPUModelRunner(CPUModelRunner):
         if step is not None and step.capture_rows is not None and sources:
             compact_kv_cpu(step, torch.tensor(sources, dtype=torch.long), torch.tensor(destinations, dtype=torch.long))
 
-        p0, entropies = _root_features(logits[last_rows])
+        p0, entropies = self._root_features(logits[last_rows])
         plan.outcomes = [
             (token_rows[i], p0[i], entropies[i], accept_lengths[i]) for i in range(plan.num_reqs)
         ]
@@ -326,10 +320,18 @@ class EntMTPCPUModelRunner(CPUModelRunner):
             sampled[i, : len(row)] = torch.tensor(row, dtype=torch.int32)
         return SamplerOutput(sampled_token_ids=sampled, logprobs_tensors=None)
 
+    def _root_features(self, rows: torch.Tensor) -> tuple[list[float], list[float]]:
+        """The verifier's top-1 probability p0 and entropy at each request's next root (its
+        row); zeros when the policy reads neither (a softmax over the vocabulary saved)."""
+        if not self._entmtp.policy.reads_verifier:
+            return [0.0] * rows.shape[0], [0.0] * rows.shape[0]
+        probs = torch.softmax(rows.float(), dim=-1)
+        return probs.max(dim=-1).values.tolist(), entropy_of(probs).tolist()
+
     @staticmethod
     def _pick(row: torch.Tensor, params: SamplingParams, generator) -> int:
         if params.greedy:
-            return int(row.argmax())
+            return int(greedy_tokens(row))
         return sample(processed_probs(row, params), generator)
 
     # ------------------------------------------------------------------ drafting
