@@ -50,4 +50,19 @@ if [[ " $STAGES " == *" g6 "* ]]; then
   $ENT bench serve $COMMON --server-args=$MEM --concurrency 1 --out $OUT/g6_serve_compare_c1_bf16
   echo "(g6) exit $?: $(date)"
 fi
+# (g7) the vLLM plugin's own default bank (smollm2-135m-vllm-cpu.json) after the per-step savings,
+#      on all 46 MT-bench test prompts: a concurrency-8 level of 16 prompts lasts ~12 s, too short;
+# (g8) concurrency 8, 46 prompts, vLLM's async scheduling off for both servers.
+ALL="--compare --dataset mt_bench --split test -n 46 --max-tokens 128 --no-progress"
+if [[ " $STAGES " == *" g7 "* ]]; then
+  echo "(g7) greedy c=1,8, 46 prompts: $(date)"
+  $ENT bench serve $ALL --server-args=$MEM --concurrency 1,8 --out $OUT/g7_serve_compare_46_bf16
+  echo "(g7) exit $?: $(date)"
+fi
+if [[ " $STAGES " == *" g8 "* ]]; then
+  echo "(g8) greedy c=8, 46 prompts, async scheduling off everywhere: $(date)"
+  $ENT bench serve $ALL --concurrency 8 --methods vllm,entmtp \
+    --server-args="$MEM --no-async-scheduling" --out $OUT/g8_serve_c8_no_async_46_bf16
+  echo "(g8) exit $?: $(date)"
+fi
 echo "all done: $(date)"

