@@ -65,4 +65,10 @@ if [[ " $STAGES " == *" g8 "* ]]; then
     --server-args="$MEM --no-async-scheduling" --out $OUT/g8_serve_c8_no_async_46_bf16
   echo "(g8) exit $?: $(date)"
 fi
+# (g9) g7's concurrency 1 again (same code): how much the EntMTP / ngram ratio moves between runs.
+if [[ " $STAGES " == *" g9 "* ]]; then
+  echo "(g9) greedy c=1, 46 prompts, again: $(date)"
+  $ENT bench serve $ALL --server-args=$MEM --concurrency 1 --out $OUT/g9_serve_compare_46_c1_bf16
+  echo "(g9) exit $?: $(date)"
+fi
 echo "all done: $(date)"
