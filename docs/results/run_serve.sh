@@ -71,4 +71,10 @@ if [[ " $STAGES " == *" g9 "* ]]; then
   $ENT bench serve $ALL --server-args=$MEM --concurrency 1 --out $OUT/g9_serve_compare_46_c1_bf16
   echo "(g9) exit $?: $(date)"
 fi
+# (g10) T=0.7 at concurrency 1 on the 46 prompts with the plugin's new default bank (EntMTP: lossless).
+if [[ " $STAGES " == *" g10 "* ]]; then
+  echo "(g10) T=0.7 c=1, 46 prompts: $(date)"
+  $ENT bench serve $ALL --server-args=$MEM --concurrency 1 --temperature 0.7 --out $OUT/g10_serve_compare_46_t07_bf16
+  echo "(g10) exit $?: $(date)"
+fi
 echo "all done: $(date)"
