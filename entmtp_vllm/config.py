@@ -25,7 +25,7 @@ thresholds were picked on SmolLM2."""
 
 DEFAULT_VLLM_BANK = str(BANKS_DIR / "smollm2-135m-vllm-cpu.json")
 """The vLLM plugin's default bank (`entmtp serve`, the plugin's `bank` setting): the same two
-chains re-ranked on vLLM (the issue's "re-rank by throughput on the target engine"), where a
+chains re-ranked by throughput on vLLM (a bank is chosen on its target engine), where a
 verified row costs less next to a step's fixed cost: the lookup chain on any match, else Hydra
 heads 1-2. Measured in the file's metadata (about +10% tok/s over `DEFAULT_BANK` in vLLM)."""
 

@@ -245,10 +245,7 @@ class EntMTPCPUModelRunner(CPUModelRunner):
         rows = logits if not num_drafts.any() else logits[torch.from_numpy(first)]
         output = super()._sample(rows, None)
         token_rows = plan.starts[1:] - num_drafts - 1
-        if plan.stock_sampler or self._entmtp.drafts_nothing(len(self.input_batch.req_ids)):
-            p0 = entropies = [0.0] * plan.num_reqs  # nothing will be drafted: no features needed
-        else:
-            p0, entropies = self._root_features(rows)
+        p0, entropies = self._root_features(plan, rows)
         plan.outcomes = [(int(token_rows[i]), p0[i], entropies[i], None) for i in range(plan.num_reqs)]
         return output
 
@@ -309,7 +306,7 @@ class EntMTPCPUModelRunner(CPUModelRunner):
         if step is not None and step.capture_rows is not None and sources:
             compact_kv_cpu(step, torch.tensor(sources, dtype=torch.long), torch.tensor(destinations, dtype=torch.long))
 
-        p0, entropies = self._root_features(logits[last_rows])
+        p0, entropies = self._root_features(plan, logits[last_rows])
         plan.outcomes = [
             (token_rows[i], p0[i], entropies[i], accept_lengths[i]) for i in range(plan.num_reqs)
         ]
@@ -320,10 +317,17 @@ class EntMTPCPUModelRunner(CPUModelRunner):
             sampled[i, : len(row)] = torch.tensor(row, dtype=torch.int32)
         return SamplerOutput(sampled_token_ids=sampled, logprobs_tensors=None)
 
-    def _root_features(self, rows: torch.Tensor) -> tuple[list[float], list[float]]:
+    def _root_features(self, plan: StepPlan, rows: torch.Tensor) -> tuple[list[float], list[float]]:
         """The verifier's top-1 probability p0 and entropy at each request's next root (its
-        row); zeros when the policy reads neither (a softmax over the vocabulary saved)."""
-        if not self._entmtp.policy.reads_verifier:
+        row). Zeros, and no softmax over the vocabulary, when nothing will read them: nothing is
+        drafted after this step (sampler fallback, batch fallback), or the policy thresholds
+        neither."""
+        drafter = self._entmtp
+        if (
+            plan.stock_sampler
+            or drafter.drafts_nothing(len(self.input_batch.req_ids))
+            or not drafter.policy.reads_verifier
+        ):
             return [0.0] * rows.shape[0], [0.0] * rows.shape[0]
         probs = torch.softmax(rows.float(), dim=-1)
         return probs.max(dim=-1).values.tolist(), entropy_of(probs).tolist()

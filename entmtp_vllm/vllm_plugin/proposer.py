@@ -246,11 +246,11 @@ class EntMTPProposer:
         metrics.count("accepted_tokens", accepted_tokens)
         metrics.count("compaction_moves", moves)
 
-    @torch.inference_mode()
     def drafts_nothing(self, batch_size: int) -> bool:
         """Whether a step with `batch_size` requests falls back to plain decoding (no drafts)."""
         return self.fallback_max_batch is not None and batch_size > self.fallback_max_batch and self.fallback_tree is None
 
+    @torch.inference_mode()
     def propose_trees(self, requests: list[DraftRequest | None], batch_size: int) -> list[list[int]]:
         """Draft one tree per request (None: no draft for that row); drafts in bank node order."""
         if self.drafter is None:
