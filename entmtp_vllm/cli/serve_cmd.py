@@ -40,7 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", default=None, help="model folder or hub id (default: the embedded SmolLM2)")
     parser.add_argument("--heads", default=None, help="heads folder (default: the shipped Hydra heads)")
     parser.add_argument("--bank", default=None, help="bank file, choices JSON or tree shape such as lookup:4+chain:1 "
-                        "(default: the shipped bank: Hydra head 1 on new text, prompt lookup while the output loops)")
+                        "(default: the shipped vLLM bank: a prompt-lookup chain whenever the context's last tokens "
+                        "occurred before, else Hydra heads 1-2)")
     parser.add_argument("--tree", default=None, help="keep only this tree of the bank")
     parser.add_argument("--policy", default=None, help="policy string, e.g. hysteresis:0.6:small,big (default: the bank's)")
     parser.add_argument("--acceptance", choices=("greedy", "typical", "lossless"), default=None,
