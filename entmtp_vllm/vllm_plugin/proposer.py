@@ -25,7 +25,7 @@ import torch
 
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.features import FeatureTracker
-from entmtp_vllm.lookup import NO_MATCH, LookupStats, PromptLookup
+from entmtp_vllm.lookup import NO_MATCH, LookupMatch, LookupStats, PromptLookup
 from entmtp_vllm.policies import PolicyState
 from entmtp_vllm.topology import TreeBuffers, build_tree_buffers
 from entmtp_vllm.tree import Tree
@@ -156,6 +156,10 @@ class EntMTPProposer:
         self.policy = resolved.policy
         self.fallback_tree = resolved.fallback_tree
         self.fallback_max_batch = resolved.fallback_max_batch
+        fallback = self.settings.batch_fallback
+        self.fallback_min_match = fallback.min_match if fallback is not None else 1
+        self.fallback_max_lookup = fallback.max_lookup_tokens if fallback is not None else None
+        self.fallback_max_draft = fallback.max_draft_tokens if fallback is not None else None
         self.model_config = vllm_config.model_config
         self.device = torch.device("cpu")
         self.drafter = None
@@ -262,7 +266,10 @@ class EntMTPProposer:
             self.stats.fallback_steps += sum(r is not None for r in requests)
             metrics.count("fallback_steps", sum(r is not None for r in requests))
             return [[] for _ in requests]
-        for request in requests:
+        found = [self._lookup(request) for request in requests]
+        # Under load the fallback tree drafts only the best matches (the policy still sees them all).
+        matches = self._fallback_matches(found) if use_fallback and self.fallback_tree is not None else found
+        for request, seen, match in zip(requests, found, matches):
             if request is None:
                 drafts.append([])
                 continue
@@ -274,12 +281,7 @@ class EntMTPProposer:
             # equals p0 (every p <= 1), and no policy feature reads the heads. Skipping it saves
             # a head call on steps whose tree has no head node (e.g. a lookup-only tree).
             head_top1: list[float] = []
-            match, extra = NO_MATCH, None
-            if self.lookup is not None:
-                context = request.context
-                if context is not None and len(context) and int(context[-1]) == request.root:
-                    match = self.lookup.propose(context, self.bank.lookup_length)
-                extra = state.lookup.features(match)
+            extra = state.lookup.features(seen) if self.lookup is not None else None
             features = state.tracker.features(request.p0, head_top1, request.entropy, extra)
             switches = state.policy.switches
             index = self.policy.choose(state.policy, features)
@@ -305,6 +307,32 @@ class EntMTPProposer:
         if len(chosen) > 1:
             self.stats.mixed_steps += 1
         return drafts
+
+    def _lookup(self, request: DraftRequest | None) -> LookupMatch:
+        """The prompt-lookup proposal for a request (NO_MATCH without lookup trees or context)."""
+        if self.lookup is None or request is None:
+            return NO_MATCH
+        context = request.context
+        if context is None or not len(context) or int(context[-1]) != request.root:
+            return NO_MATCH
+        return self.lookup.propose(context, self.bank.lookup_length)
+
+    def _fallback_matches(self, matches: list[LookupMatch]) -> list[LookupMatch]:
+        """Under load: keep only matches of at least `min_match` tokens, cut to
+        `max_lookup_tokens`, and, longest matches first, only as many as `max_draft_tokens` allows."""
+        kept = [NO_MATCH] * len(matches)
+        budget = self.fallback_max_draft
+        for i in sorted(range(len(matches)), key=lambda i: -matches[i].match_length):
+            match = matches[i]
+            if match.match_length < self.fallback_min_match:
+                break  # sorted: every later match is shorter
+            tokens = match.tokens[: self.fallback_max_lookup] if self.fallback_max_lookup else match.tokens
+            if budget is not None:
+                tokens = tokens[:budget]
+                budget -= len(tokens)
+            if tokens:
+                kept[i] = LookupMatch(tokens, match.match_length, match.position)
+        return kept
 
     def drop(self, req_ids: set[str] | list[str]) -> None:
         """Free the state of finished, aborted or preempted requests."""

@@ -16,7 +16,10 @@ def test_defaults_are_the_shipped_bank():
     assert resolved.bank.tree(0).num_nodes == 3  # Hydra heads 1-2 as a chain
     assert resolved.bank.max_nodes <= 7
     assert resolved.policy.feature == "lookup_match"  # the bank's own policy
-    assert resolved.fallback_tree is None and resolved.fallback_max_batch == 4  # no drafts above 4
+    # above 4 requests: only the lookup chain ("auto"), for matches >= 2, 2 tokens, 8 per step
+    assert resolved.fallback_tree == 1 and resolved.fallback_max_batch == 4
+    fallback = EntMTPConfig().batch_fallback
+    assert (fallback.min_match, fallback.max_lookup_tokens, fallback.max_draft_tokens) == (2, 2, 8)
     assert EntMTPConfig().typical.epsilon == 0.09
 
 
@@ -29,6 +32,7 @@ def test_defaults_are_the_shipped_bank():
         ({"bank": "chain:0"}, ["chain:0"]),
         ({"policy": "static:nope"}, ["nope"]),
         ({"batch_fallback": {"max_batch": 4, "tree": "missing"}}, ["batch_fallback", "missing"]),
+        ({"batch_fallback": {"max_batch": 4, "min_match": 0}}, ["batch_fallback.min_match"]),
         ("[1, 2]", ["must be a JSON object"]),
     ],
 )
@@ -88,3 +92,11 @@ def test_plugin_selects_the_worker(model_path, heads_folder):
     config = args.create_engine_config()
     assert config.parallel_config.worker_cls == "entmtp_vllm.vllm_plugin.worker.EntMTPCPUWorker"
     assert config.scheduler_config.async_scheduling is False
+
+
+def test_auto_fallback_is_the_longest_lookup_only_tree(tmp_path):
+    bank = tmp_path / "bank.json"
+    bank.write_text('{"hybrid": [[-1], [0]], "short": [[-1]], "heads": [[0], [0, 0]], "long": [[-1], [-1, -1]]}')
+    assert resolve(parse_config({"bank": str(bank)}), 6).fallback_tree == 3
+    # no lookup-only tree: "auto" drafts nothing under load
+    assert resolve(parse_config({"bank": "full:2,1,1"}), 6).fallback_tree is None

@@ -96,6 +96,36 @@ def test_default_fallback_stops_drafting_above_four_requests():
     assert all(len(d) == 6 for d in drafts)  # full:2,1,1 drafts 6 nodes
 
 
+def _lookup_request(req_id: str, context: list[int]) -> DraftRequest:
+    return DraftRequest(req_id, torch.randn(HIDDEN), root=context[-1], p0=0.5, entropy=1.0, accept_length=None,
+                        context=torch.tensor(context))
+
+
+def test_fallback_drafts_only_long_matches_cut_and_within_the_budget(tmp_path):
+    bank = tmp_path / "bank.json"
+    bank.write_text('{"hydra": [[0]], "loop": [[-1], [-1, -1], [-1, -1, -1], [-1, -1, -1, -1], [-1, -1, -1, -1, -1]]}')
+    settings = {"bank": str(bank), "policy": "hysteresis@lookup_match:0.5:hydra,loop",
+                "batch_fallback": {"max_batch": 2, "tree": "loop", "min_match": 2, "max_lookup_tokens": 3,
+                                   "max_draft_tokens": 5}}
+    proposer = _proposer(settings)
+    long3 = [7, 8, 9, 10, 11, 12, 13, 7, 8, 9]  # suffix 7,8,9 seen before: match 3, copies 10,11,12,13,7
+    long2 = [20, 21, 22, 23, 24, 25, 5, 20, 21]  # match 2 (20,21): copies 22,23,24,25,5
+    short = [30, 31, 32, 33, 34, 35, 36, 37, 31]  # only the 1-gram 31 recurs
+    none = [1, 2, 3, 4, 5, 6]  # nothing recurs
+    requests = [_lookup_request("short", short), _lookup_request("long2", long2),
+                _lookup_request("none", none), _lookup_request("long3", long3)]
+    drafts = proposer.propose_trees(requests, batch_size=4)
+    # longest match first: long3 gets 3 tokens (the cut), long2 the 2 left of the budget of 5;
+    # the 1-token match and the request without a match draft nothing
+    assert drafts == [[], [22, 23], [], [10, 11, 12]]
+    assert proposer.stats.fallback_steps == 4
+    # the policy still saw every match (the short one switched it to the loop tree too)
+    assert proposer.stats.switches == 3
+    # at or below max_batch the policy's tree drafts the whole proposal
+    drafts = proposer.propose_trees(requests[:2], batch_size=2)
+    assert drafts == [[32, 33, 34, 35, 36], [22, 23, 24, 25, 5]]
+
+
 def test_without_the_entmtp_runner_the_error_names_the_worker():
     proposer = _proposer({"bank": "full:2,1,1"})
     with pytest.raises(EntMTPError, match="--worker-cls entmtp_vllm.vllm_plugin.worker.EntMTPCPUWorker"):
