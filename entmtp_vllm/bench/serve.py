@@ -197,6 +197,9 @@ class CompareConfig(ServeBenchConfig):
     num_speculative_tokens: int | None = Field(default=None, ge=1)
     """`entmtp`: vLLM's draft budget (None: the largest tree's nodes minus the root)."""
 
+    entmtp_config: str | None = None
+    """`entmtp`: further EntMTP settings as a JSON object (`entmtp serve --config`)."""
+
     out: str | None = None
     """Folder for the server logs (None: a temporary folder, kept)."""
 
@@ -977,7 +980,8 @@ def _entmtp_command(config: CompareConfig, model: str) -> list[str]:
 
     args = argparse.Namespace(
         model=model, heads=config.heads, bank=config.bank, tree=config.tree, policy=config.policy,
-        acceptance=config.acceptance, num_speculative_tokens=config.num_speculative_tokens, dtype=None,
+        acceptance=config.acceptance, config=config.entmtp_config,
+        num_speculative_tokens=config.num_speculative_tokens, dtype=None,
         eager=config.eager, dry_run=False, vllm_args=list(config.server_args),
     )
     return build_command(args)

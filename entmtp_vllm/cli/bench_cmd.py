@@ -88,6 +88,8 @@ def register_serve(sub: argparse._SubParsersAction) -> None:
     group.add_argument("--policy", help="EntMTP policy string (default: the bank's)")
     group.add_argument("--acceptance", choices=("greedy", "typical", "lossless"), help="EntMTP acceptance rule for sampled requests")
     group.add_argument("--num-speculative-tokens", type=int, help="EntMTP draft budget (default: largest tree's nodes - 1)")
+    group.add_argument("--entmtp-config", metavar="JSON", help="EntMTP: further settings as a JSON object "
+                       "(entmtp serve --config), e.g. '{\"batch_fallback\": null}'")
     group.add_argument("--ngram-config", default="4,4,2", help="ngram: num_speculative_tokens,prompt_lookup_max,"
                        "prompt_lookup_min (default: %(default)s)")
     serve.set_defaults(func=run_serve_cmd)
@@ -154,6 +156,7 @@ def run_serve_cmd(args: argparse.Namespace) -> int:
         policy=args.policy,
         acceptance=args.acceptance,
         num_speculative_tokens=args.num_speculative_tokens,
+        entmtp_config=args.entmtp_config,
         out=args.out,
     )
     log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731

@@ -46,6 +46,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--policy", default=None, help="policy string, e.g. hysteresis:0.6:small,big (default: the bank's)")
     parser.add_argument("--acceptance", choices=("greedy", "typical", "lossless"), default=None,
                         help="acceptance rule for sampled requests (default lossless)")
+    parser.add_argument("--config", default=None, metavar="JSON",
+                        help="further EntMTP settings as a JSON object, applied over the options above, e.g. "
+                        "'{\"batch_fallback\": null}' (keys: see EntMTPConfig in entmtp_vllm/vllm_plugin/config.py)")
     parser.add_argument("--num-speculative-tokens", type=int, default=None,
                         help="vLLM's draft budget per request (default: the largest tree's nodes minus the root)")
     parser.add_argument("--dtype", default=None, help="model dtype passed to vLLM (e.g. bfloat16, float32)")
@@ -63,6 +66,15 @@ def build_command(args: argparse.Namespace) -> list[str]:
         value = getattr(args, key)
         if value is not None:
             settings[key] = str(Path(value).resolve()) if key in ("bank", "heads") and Path(value).exists() else value
+    raw = getattr(args, "config", None)
+    if raw:
+        try:
+            extra = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise EntMTPError(f"--config: invalid JSON ({exc.msg})") from None
+        if not isinstance(extra, dict):
+            raise EntMTPError(f"--config must be a JSON object, got {type(extra).__name__}")
+        settings.update(extra)
     resolved = resolve(parse_config(settings))
     needed = resolved.bank.max_nodes - 1
     num_spec = args.num_speculative_tokens if args.num_speculative_tokens is not None else needed
