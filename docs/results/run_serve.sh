@@ -57,4 +57,17 @@ stage g10 "T=0.7 c=1, 46 prompts" $ALL --server-args=$MEM --concurrency 1 --temp
 #       only 2-token lookup chains for matches >= 2, at most 8 tokens per step (was: no drafts).
 stage g11 "greedy c=8,16, 46 prompts, lookup fallback under load" $ALL --server-args=$MEM --concurrency 8,16 \
   --out $OUT/g11_serve_compare_46_c8_c16_bf16
+# (g12) the same levels with the previous rule (no drafts above 4 requests), for comparison.
+stage g12 "greedy c=8,16, 46 prompts, no drafts under load (the previous fallback)" $ALL --server-args=$MEM \
+  --concurrency 8,16 --methods vllm,entmtp --entmtp-config '{"batch_fallback": {"max_batch": 4}}' \
+  --out $OUT/g12_serve_c8_c16_no_drafts_under_load_bf16
+# (g13) g11 with vLLM's single-process executor for every server (`--distributed-executor-backend
+#       uni`: the worker runs inside the engine-core process, no per-step IPC between the two).
+stage g13 "greedy c=8,16, 46 prompts, uniproc executor everywhere" $ALL \
+  --server-args="$MEM --distributed-executor-backend uni" --concurrency 8,16 \
+  --out $OUT/g13_serve_compare_46_c8_c16_uni_bf16
+# (g14) concurrency 1, 46 prompts, uniproc executor for every server.
+stage g14 "greedy c=1, 46 prompts, uniproc executor everywhere" $ALL \
+  --server-args="$MEM --distributed-executor-backend uni" --concurrency 1 \
+  --out $OUT/g14_serve_compare_46_c1_uni_bf16
 echo "all done: $(date)"

@@ -164,6 +164,10 @@ class CompareConfig(ServeBenchConfig):
     eager: bool = True
     """Pass `--enforce-eager` to every server (as `entmtp serve` does by default)."""
 
+    uniproc: bool = True
+    """Pass `--distributed-executor-backend uni` to every server (as `entmtp serve` does by
+    default): vLLM's worker inside the engine-core process."""
+
     health_timeout: float = Field(default=600.0, gt=0)
     """Seconds a server may take to answer `/health` before the comparison fails."""
 
@@ -982,7 +986,7 @@ def _entmtp_command(config: CompareConfig, model: str) -> list[str]:
         model=model, heads=config.heads, bank=config.bank, tree=config.tree, policy=config.policy,
         acceptance=config.acceptance, config=config.entmtp_config,
         num_speculative_tokens=config.num_speculative_tokens, dtype=None,
-        eager=config.eager, dry_run=False, vllm_args=list(config.server_args),
+        eager=config.eager, uniproc=config.uniproc, dry_run=False, vllm_args=list(config.server_args),
     )
     return build_command(args)
 

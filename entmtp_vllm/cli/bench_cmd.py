@@ -82,6 +82,9 @@ def register_serve(sub: argparse._SubParsersAction) -> None:
                        help="seconds a server may take to become healthy (default: %(default)s)")
     group.add_argument("--eager", action=argparse.BooleanOptionalAction, default=True,
                        help="pass --enforce-eager to every server (default on)")
+    group.add_argument("--uniproc", action=argparse.BooleanOptionalAction, default=True,
+                       help="pass --distributed-executor-backend uni to every server, as entmtp serve does "
+                       "(default on; left out when --server-args choose an executor or several devices)")
     group.add_argument("--heads", help="EntMTP heads folder (default: the shipped Hydra heads)")
     group.add_argument("--bank", help="EntMTP bank file, choices JSON or tree shape (default: entmtp serve's)")
     group.add_argument("--tree", help="EntMTP: keep only this tree of the bank")
@@ -146,6 +149,7 @@ def run_serve_cmd(args: argparse.Namespace) -> int:
         methods=methods,
         server_args=server_args,
         eager=args.eager,
+        uniproc=args.uniproc,
         health_timeout=args.health_timeout,
         ngram_num_speculative_tokens=ngram[0],
         ngram_prompt_lookup_max=ngram[1],

@@ -54,6 +54,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--dtype", default=None, help="model dtype passed to vLLM (e.g. bfloat16, float32)")
     parser.add_argument("--eager", action=argparse.BooleanOptionalAction, default=True,
                         help="pass --enforce-eager (default on: startup is much faster on CPU)")
+    parser.add_argument("--uniproc", action=argparse.BooleanOptionalAction, default=True,
+                        help="pass --distributed-executor-backend uni: the worker runs inside vLLM's engine-core "
+                        "process (on CPU vLLM otherwise starts it as another process, and every speculative step "
+                        "pays extra round trips to it); left out when the vLLM arguments choose an executor or "
+                        "more than one device (default on)")
     parser.add_argument("--dry-run", action="store_true", help="print the command and exit")
     parser.add_argument("vllm_args", nargs=argparse.REMAINDER, help="-- then extra `vllm serve` arguments")
     parser.set_defaults(func=run)
@@ -95,7 +100,18 @@ def build_command(args: argparse.Namespace) -> list[str]:
     extra = list(args.vllm_args)
     if extra and extra[0] == "--":
         extra = extra[1:]
+    if getattr(args, "uniproc", False) and not _chooses_executor(extra):
+        command += ["--distributed-executor-backend", "uni"]
     return command + extra
+
+
+MULTI_DEVICE_OPTIONS = ("--distributed-executor-backend", "--tensor-parallel-size", "-tp",
+                        "--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp")
+
+
+def _chooses_executor(vllm_args: list[str]) -> bool:
+    """Whether extra `vllm serve` arguments pick an executor or more than one device."""
+    return any(arg.split("=", 1)[0] in MULTI_DEVICE_OPTIONS for arg in vllm_args)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -253,6 +253,14 @@ def test_server_commands_share_one_base():
     assert json.loads(entmtp[entmtp.index("--additional-config") + 1])["entmtp"]["bank"] == "chain:2"
     for command in commands.values():
         assert "--max-model-len" in command and command[command.index("--dtype") + 1] == "float32"
+        # every server runs vLLM's worker in the engine-core process, once
+        assert command.count("--distributed-executor-backend") == 1
+        assert command[command.index("--distributed-executor-backend") + 1] == "uni"
+    off = bench.make_config(bench.CompareConfig, uniproc=False)
+    assert all("--distributed-executor-backend" not in c for c in bench.server_commands(off, "org/model", "h", 1).values())
+    mine = bench.make_config(bench.CompareConfig, server_args=["--distributed-executor-backend=mp"])
+    for command in bench.server_commands(mine, "org/model", "h", 1).values():
+        assert "--distributed-executor-backend=mp" in command and "uni" not in command
 
 
 # --------------------------------------------------------------------------------- bad input

@@ -14,7 +14,7 @@ from entmtp_vllm.errors import EntMTPError
 
 def _args(**overrides) -> argparse.Namespace:
     values = dict(model=None, heads=None, bank=None, tree=None, policy=None, acceptance=None, config=None,
-                  num_speculative_tokens=None, dtype=None, eager=True, dry_run=True, vllm_args=[])
+                  num_speculative_tokens=None, dtype=None, eager=True, uniproc=True, dry_run=True, vllm_args=[])
     values.update(overrides)
     return argparse.Namespace(**values)
 
@@ -53,3 +53,21 @@ def test_bad_config_is_one_line(config, words):
     assert "\n" not in str(info.value)
     for word in words:
         assert word in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "uniproc, vllm_args, expected",
+    [
+        (True, [], True),
+        (False, [], False),
+        (True, ["--", "--max-model-len", "2048"], True),
+        (True, ["--", "-tp", "2"], False),  # several devices: vLLM's own executor
+        (True, ["--tensor-parallel-size=2"], False),
+        (True, ["--", "--distributed-executor-backend", "mp"], False),  # the user's choice, once
+    ],
+)
+def test_uniproc_executor_unless_the_vllm_args_choose(uniproc, vllm_args, expected):
+    command = build_command(_args(uniproc=uniproc, vllm_args=vllm_args))
+    assert (command[command.index("--enforce-eager") + 1 : command.index("--enforce-eager") + 3]
+            == ["--distributed-executor-backend", "uni"]) is expected
+    assert command.count("--distributed-executor-backend") <= 1
