@@ -70,4 +70,8 @@ stage g13 "greedy c=8,16, 46 prompts, uniproc executor everywhere" $ALL \
 stage g14 "greedy c=1, 46 prompts, uniproc executor everywhere" $ALL \
   --server-args="$MEM --distributed-executor-backend uni" --concurrency 1 \
   --out $OUT/g14_serve_compare_46_c1_uni_bf16
+# (g15) this session's final defaults, nothing extra: `bench serve --compare` now passes
+#       --distributed-executor-backend uni to every server, EntMTP's fallback drafts lookup chains.
+stage g15 "greedy c=1,8, 46 prompts, final defaults" $ALL --server-args=$MEM --concurrency 1,8 \
+  --out $OUT/g15_serve_compare_46_defaults_bf16
 echo "all done: $(date)"
