@@ -74,4 +74,7 @@ stage g14 "greedy c=1, 46 prompts, uniproc executor everywhere" $ALL \
 #       --distributed-executor-backend uni to every server, EntMTP's fallback drafts lookup chains.
 stage g15 "greedy c=1,8, 46 prompts, final defaults" $ALL --server-args=$MEM --concurrency 1,8 \
   --out $OUT/g15_serve_compare_46_defaults_bf16
+# (g16) g15's concurrency 1 again (same code): the spread of the ratios between runs.
+stage g16 "greedy c=1, 46 prompts, final defaults, again" $ALL --server-args=$MEM --concurrency 1 \
+  --out $OUT/g16_serve_compare_46_c1_defaults_bf16
 echo "all done: $(date)"
