@@ -77,4 +77,7 @@ stage g15 "greedy c=1,8, 46 prompts, final defaults" $ALL --server-args=$MEM --c
 # (g16) g15's concurrency 1 again (same code): the spread of the ratios between runs.
 stage g16 "greedy c=1, 46 prompts, final defaults, again" $ALL --server-args=$MEM --concurrency 1 \
   --out $OUT/g16_serve_compare_46_c1_defaults_bf16
+# (g17) g16 with the servers in the reverse order (EntMTP first): does the last server's slot matter?
+stage g17 "greedy c=1, 46 prompts, final defaults, EntMTP first" $ALL --server-args=$MEM --concurrency 1 \
+  --methods entmtp,ngram,vllm --out $OUT/g17_serve_compare_46_c1_reversed_bf16
 echo "all done: $(date)"
