@@ -156,10 +156,6 @@ class EntMTPProposer:
         self.policy = resolved.policy
         self.fallback_tree = resolved.fallback_tree
         self.fallback_max_batch = resolved.fallback_max_batch
-        fallback = self.settings.batch_fallback
-        self.fallback_min_match = fallback.min_match if fallback is not None else 1
-        self.fallback_max_lookup = fallback.max_lookup_tokens if fallback is not None else None
-        self.fallback_max_draft = fallback.max_draft_tokens if fallback is not None else None
         self.model_config = vllm_config.model_config
         self.device = torch.device("cpu")
         self.drafter = None
@@ -260,6 +256,7 @@ class EntMTPProposer:
         if self.drafter is None:
             raise EntMTPError("EntMTP: propose_trees called before load_model")
         use_fallback = self.fallback_max_batch is not None and batch_size > self.fallback_max_batch
+        fallback_tree = self.fallback_tree if use_fallback else None  # this step's tree for every request
         drafts: list[list[int]] = []
         chosen: set[int] = set()
         if self.drafts_nothing(batch_size):  # plain decoding for this step
@@ -268,7 +265,7 @@ class EntMTPProposer:
             return [[] for _ in requests]
         found = [self._lookup(request) for request in requests]
         # Under load the fallback tree drafts only the best matches (the policy still sees them all).
-        matches = self._fallback_matches(found) if use_fallback and self.fallback_tree is not None else found
+        matches = self._fallback_matches(found) if fallback_tree is not None else found
         for request, seen, match in zip(requests, found, matches):
             if request is None:
                 drafts.append([])
@@ -287,8 +284,8 @@ class EntMTPProposer:
             index = self.policy.choose(state.policy, features)
             self.stats.switches += state.policy.switches - switches
             metrics.count("switches", state.policy.switches - switches)
-            if use_fallback and self.fallback_tree is not None:
-                index = self.fallback_tree
+            if fallback_tree is not None:
+                index = fallback_tree
                 self.stats.fallback_steps += 1
                 metrics.count("fallback_steps")
             chosen.add(index)
@@ -320,13 +317,14 @@ class EntMTPProposer:
     def _fallback_matches(self, matches: list[LookupMatch]) -> list[LookupMatch]:
         """Under load: keep only matches of at least `min_match` tokens, cut to
         `max_lookup_tokens`, and, longest matches first, only as many as `max_draft_tokens` allows."""
+        rule = self.settings.batch_fallback  # set: there is a fallback tree
         kept = [NO_MATCH] * len(matches)
-        budget = self.fallback_max_draft
+        budget = rule.max_draft_tokens
         for i in sorted(range(len(matches)), key=lambda i: -matches[i].match_length):
             match = matches[i]
-            if match.match_length < self.fallback_min_match:
+            if match.match_length < rule.min_match:
                 break  # sorted: every later match is shorter
-            tokens = match.tokens[: self.fallback_max_lookup] if self.fallback_max_lookup else match.tokens
+            tokens = match.tokens[: rule.max_lookup_tokens] if rule.max_lookup_tokens else match.tokens
             if budget is not None:
                 tokens = tokens[:budget]
                 budget -= len(tokens)
