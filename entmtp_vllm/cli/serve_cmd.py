@@ -71,10 +71,9 @@ def build_command(args: argparse.Namespace) -> list[str]:
         value = getattr(args, key)
         if value is not None:
             settings[key] = str(Path(value).resolve()) if key in ("bank", "heads") and Path(value).exists() else value
-    raw = getattr(args, "config", None)
-    if raw:
+    if args.config:
         try:
-            extra = json.loads(raw)
+            extra = json.loads(args.config)
         except json.JSONDecodeError as exc:
             raise EntMTPError(f"--config: invalid JSON ({exc.msg})") from None
         if not isinstance(extra, dict):
@@ -100,18 +99,18 @@ def build_command(args: argparse.Namespace) -> list[str]:
     extra = list(args.vllm_args)
     if extra and extra[0] == "--":
         extra = extra[1:]
-    if getattr(args, "uniproc", False) and not _chooses_executor(extra):
+    if args.uniproc and not _chooses_executor(extra):
         command += ["--distributed-executor-backend", "uni"]
     return command + extra
 
 
-MULTI_DEVICE_OPTIONS = ("--distributed-executor-backend", "--tensor-parallel-size", "-tp",
+EXECUTOR_OPTIONS = ("--distributed-executor-backend", "--tensor-parallel-size", "-tp",
                         "--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp")
 
 
 def _chooses_executor(vllm_args: list[str]) -> bool:
     """Whether extra `vllm serve` arguments pick an executor or more than one device."""
-    return any(arg.split("=", 1)[0] in MULTI_DEVICE_OPTIONS for arg in vllm_args)
+    return any(arg.split("=", 1)[0] in EXECUTOR_OPTIONS for arg in vllm_args)
 
 
 def run(args: argparse.Namespace) -> int:
