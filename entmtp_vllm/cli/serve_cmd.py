@@ -75,9 +75,9 @@ def build_command(args: argparse.Namespace) -> list[str]:
         try:
             extra = json.loads(args.config)
         except json.JSONDecodeError as exc:
-            raise EntMTPError(f"--config: invalid JSON ({exc.msg})") from None
+            raise EntMTPError(f"--config (bench serve: --entmtp-config): invalid JSON ({exc.msg})") from None
         if not isinstance(extra, dict):
-            raise EntMTPError(f"--config must be a JSON object, got {type(extra).__name__}")
+            raise EntMTPError(f"--config (bench serve: --entmtp-config) must be a JSON object, got {type(extra).__name__}")
         settings.update(extra)
     resolved = resolve(parse_config(settings))
     needed = resolved.bank.max_nodes - 1
