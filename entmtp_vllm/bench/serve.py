@@ -37,6 +37,7 @@ import shlex
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import tempfile
 import time
@@ -203,6 +204,12 @@ class CompareConfig(ServeBenchConfig):
 
     entmtp_config: str | None = None
     """`entmtp`: further EntMTP settings as a JSON object (`entmtp serve --config`)."""
+
+    rounds: int = Field(default=1, ge=1)
+    """Times every server is started and measured. Round r runs the methods rotated by r - 1
+    places (vllm, ngram, entmtp; then ngram, entmtp, vllm; ...), so that no server always runs
+    first or last. With more than one round the main table shows, per method and level, the
+    round with the median output tok/s, and a second table lists every round."""
 
     out: str | None = None
     """Folder for the server logs (None: a temporary folder, kept)."""
@@ -849,6 +856,68 @@ def compare_table(runs: dict[str, dict[str, Any]], baseline: str = BASELINE) -> 
     return rows
 
 
+def round_order(methods: list[str], round_index: int) -> list[str]:
+    """The servers of round `round_index` (0-based): `methods` rotated left by that many places."""
+    shift = round_index % len(methods)
+    return methods[shift:] + methods[:shift]
+
+
+def median_runs(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per method and level, the level of the round with the median output tok/s (the lower
+    middle one for an even number of rounds), so that TPOT, TTFT and τ come from the same run."""
+    methods = list(dict.fromkeys(method for runs in rounds for method in runs))
+    merged: dict[str, dict[str, Any]] = {}
+    for method in methods:
+        runs = [runs[method] for runs in rounds if method in runs]
+        levels = sorted({level["concurrency"] for run in runs for level in run["levels"]})
+        chosen = []
+        for concurrency in levels:
+            found = [lv for run in runs for lv in run["levels"] if lv["concurrency"] == concurrency]
+            found.sort(key=lambda lv: lv["output_tokens_per_s"])
+            chosen.append({**found[(len(found) - 1) // 2], "rounds": len(found)})
+        merged[method] = {**runs[0], "levels": chosen, "logs": [run.get("log") for run in runs]}
+    return merged
+
+
+def _rounds_markdown(results: dict[str, Any]) -> list[str]:
+    """Every round's tok/s and ratio (to that round's baseline) per level and method."""
+    rounds = results.get("rounds") or []
+    if len(rounds) < 2:
+        return []
+    lines = [
+        "",
+        f"{len(rounds)} rounds; the table above shows, per method and level, the round with the median output "
+        "tok/s (its ratios are to the baseline's median round). Every round (tok/s, and in brackets the ratio "
+        f"to `{BASELINE}` of the same round):",
+        "",
+        "| round | order | concurrency | " + " | ".join(results["config"]["methods"]) + " |",
+        "|---:|---|---:|" + "---:|" * len(results["config"]["methods"]),
+    ]
+    ratios: dict[tuple[int, str], list[float]] = {}
+    for number, entry in enumerate(rounds, start=1):
+        by = {(row["concurrency"], row["method"]): row for row in entry["table"]}
+        for concurrency in sorted({row["concurrency"] for row in entry["table"]}):
+            cells = []
+            for method in results["config"]["methods"]:
+                row = by.get((concurrency, method))
+                if row is None:
+                    cells.append("–")
+                    continue
+                if row["tps_ratio"] is not None:
+                    ratios.setdefault((concurrency, method), []).append(row["tps_ratio"])
+                cells.append(f"{row['output_tokens_per_s']:.2f} ({_fmt(row['tps_ratio'], 3)})")
+            lines.append(f"| {number} | {', '.join(entry['order'])} | {concurrency} | " + " | ".join(cells) + " |")
+    if ratios:
+        lines += ["", "Ratio to no speculation over the rounds (median, min–max):", ""]
+        for (concurrency, method), values in sorted(ratios.items()):
+            if method == BASELINE:
+                continue
+            values = sorted(values)
+            median = statistics.median(values)
+            lines.append(f"- concurrency {concurrency}, `{method}`: {median:.3f} ({values[0]:.3f}–{values[-1]:.3f})")
+    return lines
+
+
 def compare_markdown(results: dict[str, Any]) -> str:
     cfg = results["config"]
     lines = [
@@ -868,10 +937,13 @@ def compare_markdown(results: dict[str, Any]) -> str:
             f"{_fmt(row['tpot_p50_ms'])} | {_fmt(row['tpot_ratio'], 3)} | {_fmt(row['ttft_p50_ms'])} | "
             f"{_fmt(row['mean_acceptance_length'], 3)} | {row['completed']} | {row['failed']} |"
         )
-    for method, run in results["runs"].items():
-        errors = [(lv["concurrency"], e) for lv in run["levels"] for e in lv["errors"]]
-        if errors:
-            lines += ["", f"Errors of `{method}`:"] + [f"- concurrency {c}: {e}" for c, e in errors]
+    lines += _rounds_markdown(results)
+    for number, entry in enumerate(results.get("rounds") or [{"runs": results["runs"]}], start=1):
+        for method, run in entry["runs"].items():
+            errors = [(lv["concurrency"], e) for lv in run["levels"] for e in lv["errors"]]
+            if errors:
+                where = f" (round {number})" if len(results.get("rounds") or []) > 1 else ""
+                lines += ["", f"Errors of `{method}`{where}:"] + [f"- concurrency {c}: {e}" for c, e in errors]
     return "\n".join(lines) + "\n"
 
 
@@ -1028,7 +1100,8 @@ def server_commands(config: CompareConfig, model: str, host: str, port: int) -> 
 
 
 def run_compare(config: CompareConfig, progress: bool = True, log=print) -> dict[str, Any]:
-    """Start each method's server in turn, run every level against it, stop it; compare."""
+    """Start each method's server in turn, run every level against it, stop it; compare.
+    With `config.rounds` > 1 all of that is repeated, the order rotated each round."""
     from entmtp_vllm.model_store import resolve_model
 
     prompts = load_prompt_texts(config)  # fail on bad prompt options before any server starts
@@ -1036,28 +1109,18 @@ def run_compare(config: CompareConfig, progress: bool = True, log=print) -> dict
     out = _out_dir(config.out) if config.out else Path(tempfile.mkdtemp(prefix="entmtp-compare-"))
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     _entmtp_command(config, model)  # EntMTP settings errors before any server starts
-    runs: dict[str, dict[str, Any]] = {}
-    for method in config.methods:
-        port = free_port(config.host)
-        command = server_commands(config, model, config.host, port)[method]
-        base_url = f"http://{config.host}:{port}/v1"
-        metrics_dir = tempfile.mkdtemp(prefix=f"entmtp-prometheus-{method}-")
-        env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}
-        log_path = out / f"server-{method}.log"
-        log(f"[{method}] starting: {shlex.join(command)}  (log: {log_path})")
-        t0 = time.monotonic()
-        server = ServerProcess(command, log_path, base_url, env=env, name=method)
-        try:
-            server.wait_healthy(config.health_timeout)
-            log(f"[{method}] healthy after {time.monotonic() - t0:.0f} s")
-            bench_config = ServeBenchConfig(**{
-                key: getattr(config, key) for key in ServeBenchConfig.model_fields if key not in ("base_url", "model")
-            }, base_url=base_url, model=None)
-            found = asyncio.run(_bench_async(bench_config, prompts, progress, label=method))
-            runs[method] = {"command": command, "log": str(log_path), "levels": found["levels"], "served_model": found["model"]}
-        finally:
-            server.stop()
-            shutil.rmtree(metrics_dir, ignore_errors=True)
+    rounds: list[dict[str, Any]] = []
+    for round_index in range(config.rounds):
+        order = round_order(list(config.methods), round_index)
+        runs: dict[str, dict[str, Any]] = {}
+        for method in order:
+            if config.rounds > 1:
+                log(f"round {round_index + 1}/{config.rounds}: {method}")
+            runs[method] = _measure_server(config, model, method, prompts, out, progress, log, round_index)
+        # the table keeps the configured method order whatever the round's order
+        runs = {method: runs[method] for method in config.methods}
+        rounds.append({"order": order, "runs": runs, "table": compare_table(runs)})
+    runs = rounds[0]["runs"] if config.rounds == 1 else median_runs([entry["runs"] for entry in rounds])
     results = {
         "benchmark": "serve-compare",
         "config": config.model_dump(),
@@ -1067,6 +1130,35 @@ def run_compare(config: CompareConfig, progress: bool = True, log=print) -> dict
         "runs": runs,
         "table": compare_table(runs),
     }
+    if config.rounds > 1:
+        results["rounds"] = rounds
     results["config"]["out"] = str(out)
     return results
+
+
+def _measure_server(
+    config: CompareConfig, model: str, method: str, prompts: list[str], out: Path, progress: bool, log, round_index: int
+) -> dict[str, Any]:
+    """Start `method`'s server, run every level against it, stop it."""
+    port = free_port(config.host)
+    command = server_commands(config, model, config.host, port)[method]
+    base_url = f"http://{config.host}:{port}/v1"
+    metrics_dir = tempfile.mkdtemp(prefix=f"entmtp-prometheus-{method}-")
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}
+    suffix = f"-r{round_index + 1}" if config.rounds > 1 else ""
+    log_path = out / f"server-{method}{suffix}.log"
+    log(f"[{method}] starting: {shlex.join(command)}  (log: {log_path})")
+    t0 = time.monotonic()
+    server = ServerProcess(command, log_path, base_url, env=env, name=method)
+    try:
+        server.wait_healthy(config.health_timeout)
+        log(f"[{method}] healthy after {time.monotonic() - t0:.0f} s")
+        bench_config = ServeBenchConfig(**{
+            key: getattr(config, key) for key in ServeBenchConfig.model_fields if key not in ("base_url", "model")
+        }, base_url=base_url, model=None)
+        found = asyncio.run(_bench_async(bench_config, prompts, progress, label=method))
+        return {"command": command, "log": str(log_path), "levels": found["levels"], "served_model": found["model"]}
+    finally:
+        server.stop()
+        shutil.rmtree(metrics_dir, ignore_errors=True)
 

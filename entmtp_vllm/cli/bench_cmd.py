@@ -85,6 +85,10 @@ def register_serve(sub: argparse._SubParsersAction) -> None:
     group.add_argument("--uniproc", action=argparse.BooleanOptionalAction, default=True,
                        help="pass --distributed-executor-backend uni to every server, as entmtp serve does "
                        "(default on; left out when --server-args choose an executor or several devices)")
+    group.add_argument("--rounds", type=int, default=1,
+                       help="start and measure every server this many times, the order rotated each round "
+                       "(vllm,ngram,entmtp then ngram,entmtp,vllm, ...); the table shows each method's median round "
+                       "and every round is listed (default: %(default)s)")
     group.add_argument("--heads", help="EntMTP heads folder (default: the shipped Hydra heads)")
     group.add_argument("--bank", help="EntMTP bank file, choices JSON or tree shape (default: entmtp serve's)")
     group.add_argument("--tree", help="EntMTP: keep only this tree of the bank")
@@ -161,6 +165,7 @@ def run_serve_cmd(args: argparse.Namespace) -> int:
         acceptance=args.acceptance,
         num_speculative_tokens=args.num_speculative_tokens,
         entmtp_config=args.entmtp_config,
+        rounds=args.rounds,
         out=args.out,
     )
     log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731

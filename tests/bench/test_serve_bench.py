@@ -239,6 +239,61 @@ def test_compare_and_serve_reports(tmp_path):
     assert paths["markdown"].read_text() == report and paths["png"].stat().st_size > 1000
 
 
+def test_round_order_rotates_so_every_server_takes_every_slot():
+    methods = ["vllm", "ngram", "entmtp"]
+    orders = [bench.round_order(methods, r) for r in range(4)]
+    assert orders[0] == methods and orders[1] == ["ngram", "entmtp", "vllm"] and orders[2] == ["entmtp", "vllm", "ngram"]
+    assert orders[3] == methods
+    for slot in range(3):
+        assert {order[slot] for order in orders[:3]} == set(methods)
+
+
+def _rounds(tps_by_round):
+    """Runs of several rounds: tps_by_round[r][method] = output tok/s at concurrency 1."""
+    return [
+        {method: {"command": [method], "log": f"{method}-r{r}", "levels": [_level(1, tps, 1000.0 / tps, tau=r + 1.0)]}
+         for method, tps in by_method.items()}
+        for r, by_method in enumerate(tps_by_round)
+    ]
+
+
+def test_median_runs_keep_the_median_round_whole():
+    rounds = _rounds([{"vllm": 30.0, "entmtp": 50.0}, {"vllm": 32.0, "entmtp": 46.0}, {"vllm": 31.0, "entmtp": 49.0}])
+    merged = bench.median_runs(rounds)
+    entmtp = merged["entmtp"]["levels"][0]
+    # the median tok/s is round 3's (49), and its TPOT and tau come from that same round
+    assert entmtp["output_tokens_per_s"] == 49.0 and entmtp["tpot_ms"]["p50"] == pytest.approx(1000 / 49)
+    assert entmtp["acceptance"]["mean_acceptance_length"] == 3.0 and entmtp["rounds"] == 3
+    assert merged["vllm"]["levels"][0]["output_tokens_per_s"] == 31.0
+    assert merged["entmtp"]["logs"] == ["entmtp-r0", "entmtp-r1", "entmtp-r2"]
+    # an even number of rounds: the lower middle one
+    assert bench.median_runs(rounds[:2])["entmtp"]["levels"][0]["output_tokens_per_s"] == 46.0
+
+
+def test_compare_markdown_lists_every_round():
+    config = bench.make_config(bench.CompareConfig, concurrency=[1], methods=["vllm", "entmtp"], rounds=3)
+    by_round = [{"vllm": 30.0, "entmtp": 50.0}, {"vllm": 32.0, "entmtp": 46.0}, {"vllm": 31.0, "entmtp": 49.0}]
+    rounds = [
+        {"order": bench.round_order(["vllm", "entmtp"], r), "runs": runs, "table": bench.compare_table(runs)}
+        for r, runs in enumerate(_rounds(by_round))
+    ]
+    merged = bench.median_runs([entry["runs"] for entry in rounds])
+    results = {
+        "config": config.model_dump(), "model": "m", "num_prompts": 4, "date": "2026-01-01T00:00:00+00:00",
+        "runs": merged, "table": bench.compare_table(merged), "rounds": rounds,
+    }
+    text = bench.compare_markdown(results)
+    assert "| 1 | entmtp | 49.00 | 1.581 |" in text  # median rounds: 49 / 31
+    assert "| 2 | entmtp, vllm | 1 | 32.00 (1.000) | 46.00 (1.438) |" in text
+    # per-round ratios 50/30, 46/32, 49/31: median 1.581, range 1.438-1.667
+    assert "- concurrency 1, `entmtp`: 1.581 (1.438–1.667)" in text
+
+
+def test_rounds_flag_is_checked():
+    with pytest.raises(EntMTPError, match="--rounds"):
+        bench.make_config(bench.CompareConfig, rounds=0)
+
+
 def test_server_commands_share_one_base():
     config = bench.make_config(bench.CompareConfig, server_args=["--dtype", "float32", "--max-model-len", "2048"],
                                bank="chain:2")
