@@ -79,23 +79,34 @@ class PromptLookup:
             raise EntMTPError(f"lookup: max_tokens must be >= 0, got {max_tokens}")
         if max_tokens == 0:
             return NO_MATCH
-        seq = np.asarray(context, dtype=np.int64)[-self.config.window :]
+        seq = np.asarray(context)[-self.config.window :]
         n_total = seq.shape[0]
+        if n_total < 2:
+            return NO_MATCH
         offset = len(context) - n_total
-        for n in range(min(self.config.max_ngram, n_total - 1), self.config.min_ngram - 1, -1):
-            suffix = seq[n_total - n :]
-            # candidate starts s < n_total - n (strictly earlier than the suffix itself)
-            windows = np.lib.stride_tricks.sliding_window_view(seq[: n_total - 1], n)
-            hits = np.flatnonzero((windows == suffix).all(axis=1))
-            hits = hits[hits < n_total - n]
-            if hits.size == 0:
-                continue
-            start = int(hits[-1]) + n  # the most recent occurrence; its continuation starts here
-            tokens = seq[start : start + max_tokens].tolist()
-            while len(tokens) < max_tokens:  # past the end: the loop repeats (period n_total - start)
-                tokens.append(tokens[len(tokens) - (n_total - start)])
-            return LookupMatch(tokens, n, offset + start)
-        return NO_MATCH
+        # Every earlier position holding the last token ends a match of length >= 1; extend
+        # those backwards, one comparison per length, up to max_ngram (one pass over the
+        # context, not one per n-gram size).
+        ends = np.flatnonzero(seq[: n_total - 1] == seq[-1])
+        if ends.size == 0:
+            return NO_MATCH
+        length = np.ones(ends.size, dtype=np.int64)
+        alive = np.ones(ends.size, dtype=bool)
+        for k in range(1, min(self.config.max_ngram, n_total - 1)):
+            inside = ends >= k
+            alive &= inside
+            alive[inside] &= seq[ends[inside] - k] == seq[n_total - 1 - k]
+            if not alive.any():
+                break
+            length += alive
+        best = int(length.max())
+        if best < self.config.min_ngram:
+            return NO_MATCH
+        start = int(ends[np.flatnonzero(length == best)[-1]]) + 1  # the most recent longest match
+        tokens = seq[start : start + max_tokens].tolist()
+        while len(tokens) < max_tokens:  # past the end: the loop repeats (period n_total - start)
+            tokens.append(tokens[len(tokens) - (n_total - start)])
+        return LookupMatch([int(t) for t in tokens], best, offset + start)
 
 
 class LookupStats:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from entmtp_vllm.errors import EntMTPError
-from entmtp_vllm.lookup import LookupConfig, LookupStats, PromptLookup
+from entmtp_vllm.lookup import LookupConfig, LookupMatch, LookupStats, PromptLookup
 
 LOOKUP = PromptLookup(LookupConfig(min_ngram=1, max_ngram=4))
 
@@ -70,6 +71,36 @@ def test_proposal_is_a_true_continuation(context: list[int], k: int) -> None:
     for i, token in enumerate(found.tokens):
         assert token == (context + found.tokens)[start + i]
     assert len(found.tokens) == k
+
+
+def _brute_force(context: list[int], k: int, config: LookupConfig) -> LookupMatch:
+    """The rule as documented, one n-gram size at a time: the longest suffix (max_ngram down
+    to min_ngram) with an earlier occurrence, its most recent one, then what followed it."""
+    seq = context[-config.window :]
+    offset = len(context) - len(seq)
+    for n in range(min(config.max_ngram, len(seq) - 1), config.min_ngram - 1, -1):
+        starts = [s for s in range(len(seq) - n) if seq[s : s + n] == seq[len(seq) - n :]]
+        if starts:
+            start = starts[-1] + n
+            tokens = list(seq[start : start + k])
+            while len(tokens) < k:
+                tokens.append(tokens[len(tokens) - (len(seq) - start)])
+            return LookupMatch(tokens, n, offset + start)
+    return LookupMatch([], 0, -1)
+
+
+@given(
+    st.lists(st.integers(0, 4), min_size=0, max_size=60),
+    st.integers(1, 7),
+    st.integers(1, 3),
+    st.integers(1, 5),
+    st.integers(2, 80),
+)
+def test_matches_the_rule_one_ngram_size_at_a_time(context, k, min_ngram, extra, window) -> None:
+    config = LookupConfig(min_ngram=min_ngram, max_ngram=min_ngram + extra - 1, window=window)
+    assert PromptLookup(config).propose(context, k) == _brute_force(context, k, config)
+    as_array = PromptLookup(config).propose(np.asarray(context, dtype=np.int32), k)
+    assert as_array == _brute_force(context, k, config)
 
 
 def test_bad_config_and_arguments() -> None:
