@@ -51,8 +51,11 @@ def save_draft_vocab(folder: str | Path, token_ids: Sequence[int], meta: dict[st
     return path
 
 
-def load_draft_vocab(folder: str | Path, vocab_size: int) -> torch.Tensor | None:
-    """The draft vocabulary stored with the heads in `folder` (long[K]), or None if absent."""
+def load_draft_vocab(folder: str | Path, vocab_size: int, size: int | None = None) -> torch.Tensor | None:
+    """The draft vocabulary stored with the heads in `folder` (long[K]), or None if absent.
+    `size`: keep only the first (most frequent) `size` ids; None or more than stored: all."""
+    if size is not None and size < 1:
+        raise EntMTPError(f"draft vocabulary size must be at least 1, got {size}")
     path = Path(folder) / FILE_NAME
     if not path.is_file():
         return None
@@ -69,4 +72,4 @@ def load_draft_vocab(folder: str | Path, vocab_size: int) -> torch.Tensor | None
             f"{path}: token ids must be distinct and in [0, {vocab_size}) for this model; "
             "rebuild it for this model or delete it"
         )
-    return tensor
+    return tensor if size is None else tensor[:size]

@@ -198,7 +198,7 @@ class EntMTPProposer:
         if self.settings.draft_vocab and not heads.own_lm_head:
             from entmtp_vllm.heads.draft_vocab import load_draft_vocab
 
-            vocab = load_draft_vocab(folder, heads.vocab_size)
+            vocab = load_draft_vocab(folder, heads.vocab_size, self.settings.draft_vocab_size)
         self.drafter = TreeDrafter(heads, embed, lm_head, draft_vocab=vocab)
 
     def propose(self, *args: Any, **kwargs: Any) -> list[list[int]]:

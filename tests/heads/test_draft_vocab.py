@@ -33,6 +33,11 @@ def test_save_load_round_trip_and_bad_files(tmp_path) -> None:
     assert load_draft_vocab(tmp_path, VOCAB) is None  # absent: full vocabulary
     save_draft_vocab(tmp_path, [4, 1, 7], {"coverage": 0.5})
     assert load_draft_vocab(tmp_path, VOCAB).tolist() == [4, 1, 7]
+    # a size keeps the first (most frequent) ids; more than stored keeps them all
+    assert load_draft_vocab(tmp_path, VOCAB, size=2).tolist() == [4, 1]
+    assert load_draft_vocab(tmp_path, VOCAB, size=10).tolist() == [4, 1, 7]
+    with pytest.raises(EntMTPError, match="at least 1"):
+        load_draft_vocab(tmp_path, VOCAB, size=0)
     with pytest.raises(EntMTPError, match="in \\[0, 5\\)"):
         load_draft_vocab(tmp_path, 5)
     (tmp_path / FILE_NAME).write_text(json.dumps({"format": "entmtp-draft-vocab", "token_ids": [1, 1]}))
