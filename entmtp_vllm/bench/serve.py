@@ -879,42 +879,50 @@ def median_runs(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, 
     return merged
 
 
+def round_ratios(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per level and method (the baseline left out): each round's tok/s ratio to that round's
+    baseline, and their median, min and max."""
+    found: dict[tuple[int, str], list[float]] = {}
+    for entry in rounds:
+        for row in entry["table"]:
+            if row["method"] != BASELINE and row["tps_ratio"] is not None:
+                found.setdefault((row["concurrency"], row["method"]), []).append(row["tps_ratio"])
+    return [
+        {"concurrency": c, "method": m, "ratios": values, "median": statistics.median(values),
+         "min": min(values), "max": max(values)}
+        for (c, m), values in sorted(found.items())
+    ]
+
+
 def _rounds_markdown(results: dict[str, Any]) -> list[str]:
     """Every round's tok/s and ratio (to that round's baseline) per level and method."""
     rounds = results.get("rounds") or []
     if len(rounds) < 2:
         return []
+    methods = results["config"]["methods"]
     lines = [
         "",
         f"{len(rounds)} rounds; the table above shows, per method and level, the round with the median output "
         "tok/s (its ratios are to the baseline's median round). Every round (tok/s, and in brackets the ratio "
         f"to `{BASELINE}` of the same round):",
         "",
-        "| round | order | concurrency | " + " | ".join(results["config"]["methods"]) + " |",
-        "|---:|---|---:|" + "---:|" * len(results["config"]["methods"]),
+        "| round | order | concurrency | " + " | ".join(methods) + " |",
+        "|---:|---|---:|" + "---:|" * len(methods),
     ]
-    ratios: dict[tuple[int, str], list[float]] = {}
     for number, entry in enumerate(rounds, start=1):
         by = {(row["concurrency"], row["method"]): row for row in entry["table"]}
         for concurrency in sorted({row["concurrency"] for row in entry["table"]}):
-            cells = []
-            for method in results["config"]["methods"]:
-                row = by.get((concurrency, method))
-                if row is None:
-                    cells.append("–")
-                    continue
-                if row["tps_ratio"] is not None:
-                    ratios.setdefault((concurrency, method), []).append(row["tps_ratio"])
-                cells.append(f"{row['output_tokens_per_s']:.2f} ({_fmt(row['tps_ratio'], 3)})")
+            cells = [
+                f"{by[concurrency, m]['output_tokens_per_s']:.2f} ({_fmt(by[concurrency, m]['tps_ratio'], 3)})"
+                if (concurrency, m) in by else "–"
+                for m in methods
+            ]
             lines.append(f"| {number} | {', '.join(entry['order'])} | {concurrency} | " + " | ".join(cells) + " |")
-    if ratios:
+    spread = results.get("round_ratios") or round_ratios(rounds)
+    if spread:
         lines += ["", "Ratio to no speculation over the rounds (median, min–max):", ""]
-        for (concurrency, method), values in sorted(ratios.items()):
-            if method == BASELINE:
-                continue
-            values = sorted(values)
-            median = statistics.median(values)
-            lines.append(f"- concurrency {concurrency}, `{method}`: {median:.3f} ({values[0]:.3f}–{values[-1]:.3f})")
+        lines += [f"- concurrency {r['concurrency']}, `{r['method']}`: {r['median']:.3f} ({r['min']:.3f}–{r['max']:.3f})"
+                  for r in spread]
     return lines
 
 
@@ -1132,6 +1140,7 @@ def run_compare(config: CompareConfig, progress: bool = True, log=print) -> dict
     }
     if config.rounds > 1:
         results["rounds"] = rounds
+        results["round_ratios"] = round_ratios(rounds)
     results["config"]["out"] = str(out)
     return results
 

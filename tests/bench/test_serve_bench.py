@@ -287,6 +287,9 @@ def test_compare_markdown_lists_every_round():
     assert "| 2 | entmtp, vllm | 1 | 32.00 (1.000) | 46.00 (1.438) |" in text
     # per-round ratios 50/30, 46/32, 49/31: median 1.581, range 1.438-1.667
     assert "- concurrency 1, `entmtp`: 1.581 (1.438–1.667)" in text
+    (spread,) = bench.round_ratios(rounds)
+    assert spread["method"] == "entmtp" and spread["ratios"] == pytest.approx([50 / 30, 46 / 32, 49 / 31])
+    assert (spread["min"], spread["max"]) == (pytest.approx(46 / 32), pytest.approx(50 / 30))
 
 
 def test_rounds_flag_is_checked():
