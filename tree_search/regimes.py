@@ -293,7 +293,7 @@ def check_against_engine(trajectories, replayed: dict[str, dict[str, Any]], name
     from entmtp_vllm.topology import TopologyBank
 
     model, tokenizer, drafter = resources.load()
-    engine = ReferenceEngine(model, tokenizer, drafter, TopologyBank([tree], [name]))
+    engine = ReferenceEngine(model, tokenizer, drafter, TopologyBank([tree], [name]), head_features=True)
     lookup = PromptLookup(LookupConfig()) if lookup_on and not tree.lookup_length else None
     steps = mismatched_steps = 0
     diff = 0.0
@@ -415,7 +415,7 @@ def run_regimes(config: RegimesConfig, progress: bool = True, log: Callable[[str
     if missing:
         torch.set_num_threads(config.threads)
         model, tokenizer, drafter = resources.load()
-        engine = ReferenceEngine(model, tokenizer, drafter, TopologyBank([tree], [name]))
+        engine = ReferenceEngine(model, tokenizer, drafter, TopologyBank([tree], [name]), head_features=True)
         lookup = PromptLookup(LookupConfig()) if config.lookup and not tree.lookup_length else None
         bar = tqdm(total=len(trajectories), initial=len(trajectories) - len(missing), unit="prompt",
                    desc=f"step records ({name}, reference engine, greedy)", disable=not progress)

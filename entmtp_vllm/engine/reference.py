@@ -5,8 +5,9 @@ One readable loop, gpt-fast style. Per request:
     prefill the prompt -> first token (the first root), last hidden state
     repeat until EOS or max_new_tokens:
         lookup    : (banks with hybrid trees) the prompt-lookup continuation of the context
-        features  : p0 and entropy of the verifier at the last accepted node, the heads'
-                    top-1 chain -> s = best_path_value(p0, head_top1); lookup match stats
+        features  : p0 and entropy of the verifier at the last accepted node -> the path value
+                    s = max(p0, p0·p1, …) (= p0: every p <= 1); lookup match stats; the heads'
+                    top-1 chain only with head_features=True (step records for analysis)
         policy    : features -> bank index -> the tree's TreeBuffers (a hybrid tree's lookup
                     chain cut to the tokens the lookup found: no match, no branch)
         draft     : the heads (and the lookup) fill the tree; node 0 is the root (emitted,
@@ -75,6 +76,11 @@ class ReferenceEngine:
     `drafter` is a `TreeDrafter` (or None for AR only); `bank` the trees to choose from;
     `policy` picks one per step (default: static on the bank's first tree). All checks that
     do not depend on the prompt happen here, before any decoding.
+
+    `head_features`: also run the heads' top-1 chain to the bank's depth every step and log
+    its probabilities (`head_top1_d` in the step records, for regime analysis). No policy
+    reads them (the path value does not change: max(p0, p0·p1, …) = p0), and a step whose tree
+    is shallower than the bank's deepest pays head calls it does not use, so it is off by default.
     """
 
     def __init__(
@@ -86,8 +92,10 @@ class ReferenceEngine:
         policy: Policy | None = None,
         typical: TypicalConfig = TypicalConfig(),
         lookup: LookupConfig = LookupConfig(),
+        head_features: bool = False,
     ) -> None:
         self.model = model.eval()
+        self.head_features = head_features
         self.tokenizer = tokenizer
         self.drafter = drafter
         self.bank = bank
@@ -240,7 +248,7 @@ class ReferenceEngine:
                 p0 = float(probs.max())
                 step_entropy = float(entropy(probs))
                 draft_step = self.drafter.begin(last_hidden, root)
-                head_top1 = draft_step.greedy_chain(self.bank.head_depth)
+                head_top1 = draft_step.greedy_chain(self.bank.head_depth) if self.head_features else []
                 match = NO_MATCH
                 if self.lookup is not None:  # the context ends with the root
                     match = self.lookup.propose(prompt_ids + generated, self.bank.lookup_length)

@@ -276,6 +276,42 @@ def test_random_heads_greedy_tree_equals_ar(tiny_model, make_drafter):
             assert static.token_ids == ar.token_ids
 
 
+def test_head_features_only_log_and_cost_head_calls(tiny_model, monkeypatch):
+    """Without head_features the engine skips the heads' top-1 chain: the same tokens, trees
+    and accept lengths (no policy reads the chain), no head_top1 in the records, and fewer
+    head calls when a step's tree is shallower than the bank's deepest."""
+    drafter = _random_heads("hydra", tiny_model, num_heads=4)
+    bank = bank_of("chain:3", "sparse")  # depths 3 and 4
+    probe = ReferenceEngine(tiny_model, None, drafter, bank).generate(PROMPTS[0], 20)
+    tau = sorted(r.features["path_value"] for r in probe.steps)[len(probe.steps) // 2]  # switches often
+    policy = make_policy({"kind": "hysteresis", "conservative": "chain:3", "aggressive": "sparse",
+                          "tau_on": tau, "tau_off": tau}, bank)
+    calls = []
+    real = type(drafter.heads).head_logits
+
+    def counted(self, depth, *args, **kwargs):
+        calls.append(depth)
+        return real(self, depth, *args, **kwargs)
+
+    monkeypatch.setattr(type(drafter.heads), "head_logits", counted)
+    runs = {}
+    for logged in (True, False):
+        calls.clear()
+        engine = ReferenceEngine(tiny_model, None, drafter, bank, policy, head_features=logged)
+        gens = [engine.generate(prompt, 20) for prompt in PROMPTS]
+        runs[logged] = (gens, len(calls))
+    (logged, logged_calls), (plain, plain_calls) = runs[True], runs[False]
+    for a, b in zip(logged, plain):
+        assert a.token_ids == b.token_ids
+        assert [r.tree_name for r in a.steps] == [r.tree_name for r in b.steps]
+        assert [r.accept_length for r in a.steps] == [r.accept_length for r in b.steps]
+        assert [r.features["path_value"] for r in a.steps] == [r.features["path_value"] for r in b.steps]
+        assert all("head_top1_4" in r.features for r in a.steps)
+        assert not any(name.startswith("head_top1") for r in b.steps for name in r.features)
+    assert {r.tree_name for g in plain for r in g.steps} == {"chain:3", "sparse"}  # both trees ran
+    assert plain_calls < logged_calls  # chain:3 steps no longer run head 4
+
+
 def test_lossless_treats_top_k_drafts_as_point_masses(tiny_model, monkeypatch):
     """The heads pick candidates by top-k, not by sampling from their softmax: lossless
     acceptance must get draft_probs=None (one-hot drafts), else its output is biased."""

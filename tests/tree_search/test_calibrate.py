@@ -34,7 +34,7 @@ def assert_replay_is_the_engines_run(model, drafter, bank, config, calibration, 
     """The reference engine's greedy run with `config` over `bank`: same tokens as the
     calibration, and the replay's tree choices, accept lengths and features step by step.
     Returns the engine's step records."""
-    engine = ReferenceEngine(model, None, drafter, bank, make_policy(config, bank))
+    engine = ReferenceEngine(model, None, drafter, bank, make_policy(config, bank), head_features=True)
     steps = []
     for trajectory in calibration.trajectories:
         gen = engine.generate(trajectory.prompt_ids, calibration.max_tokens, acceptance="greedy")
