@@ -80,4 +80,14 @@ stage g16 "greedy c=1, 46 prompts, final defaults, again" $ALL --server-args=$ME
 # (g17) g16 with the servers in the reverse order (EntMTP first): does the last server's slot matter?
 stage g17 "greedy c=1, 46 prompts, final defaults, EntMTP first" $ALL --server-args=$MEM --concurrency 1 \
   --methods entmtp,ngram,vllm --out $OUT/g17_serve_compare_46_c1_reversed_bf16
+# (g18) session 13's defaults (draft_vocab_size 4096, one-pass lookup), three rounds with the order
+#       rotated (--rounds 3), concurrency 1, 8 and 16: medians and the spread in one run.
+stage g18 "greedy c=1,8,16, 46 prompts, 3 rotated rounds" $ALL --server-args=$MEM --concurrency 1,8,16 \
+  --rounds 3 --out $OUT/g18_serve_compare_46_rounds3_bf16
+# (g19) T=0.7 at concurrency 1 with session 13's defaults (EntMTP: lossless acceptance), 2 rounds.
+stage g19 "T=0.7 c=1, 46 prompts, 2 rotated rounds" $ALL --server-args=$MEM --concurrency 1 --temperature 0.7 \
+  --rounds 2 --out $OUT/g19_serve_compare_46_t07_rounds2_bf16
+# (g20) g18's concurrency 1 again, 3 rounds: how far the medians move between whole runs.
+stage g20 "greedy c=1, 46 prompts, 3 rotated rounds, again" $ALL --server-args=$MEM --concurrency 1 \
+  --rounds 3 --out $OUT/g20_serve_compare_46_c1_rounds3_bf16
 echo "all done: $(date)"
