@@ -106,7 +106,7 @@ class PromptLookup:
         tokens = seq[start : start + max_tokens].tolist()
         while len(tokens) < max_tokens:  # past the end: the loop repeats (period n_total - start)
             tokens.append(tokens[len(tokens) - (n_total - start)])
-        return LookupMatch([int(t) for t in tokens], best, offset + start)
+        return LookupMatch(tokens, best, offset + start)  # tolist(): Python ints
 
 
 class LookupStats:

@@ -875,7 +875,8 @@ def median_runs(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, 
             found = [lv for run in runs for lv in run["levels"] if lv["concurrency"] == concurrency]
             found.sort(key=lambda lv: lv["output_tokens_per_s"])
             chosen.append({**found[(len(found) - 1) // 2], "rounds": len(found)})
-        merged[method] = {**runs[0], "levels": chosen, "logs": [run.get("log") for run in runs]}
+        first = {key: value for key, value in runs[0].items() if key != "log"}  # one log per round: "logs"
+        merged[method] = {**first, "levels": chosen, "logs": [run.get("log") for run in runs]}
     return merged
 
 
@@ -946,11 +947,12 @@ def compare_markdown(results: dict[str, Any]) -> str:
             f"{_fmt(row['mean_acceptance_length'], 3)} | {row['completed']} | {row['failed']} |"
         )
     lines += _rounds_markdown(results)
-    for number, entry in enumerate(results.get("rounds") or [{"runs": results["runs"]}], start=1):
+    rounds = results.get("rounds") or [{"runs": results["runs"]}]
+    for number, entry in enumerate(rounds, start=1):
+        where = f" (round {number})" if len(rounds) > 1 else ""
         for method, run in entry["runs"].items():
             errors = [(lv["concurrency"], e) for lv in run["levels"] for e in lv["errors"]]
             if errors:
-                where = f" (round {number})" if len(results.get("rounds") or []) > 1 else ""
                 lines += ["", f"Errors of `{method}`{where}:"] + [f"- concurrency {c}: {e}" for c, e in errors]
     return "\n".join(lines) + "\n"
 

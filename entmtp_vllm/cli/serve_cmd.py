@@ -105,7 +105,7 @@ def build_command(args: argparse.Namespace) -> list[str]:
 
 
 EXECUTOR_OPTIONS = ("--distributed-executor-backend", "--tensor-parallel-size", "-tp",
-                        "--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp")
+                    "--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp")
 
 
 def _chooses_executor(vllm_args: list[str]) -> bool:
