@@ -96,13 +96,20 @@ class StepFeatures:
         return row
 
 
+HEAD_FEATURES = ("head_top1_1",)
+"""Policy features read off the heads: head 1's top-1 probability at the root, the drafter's own
+confidence in its first token. The regime analysis (`tree_search regimes`) finds it the strongest
+single predictor of the next accept length, where the path value (= p0) is nearly blind. Head 1
+runs for every tree with a head node (its output is cached for the draft), so reading it costs a
+softmax, not a head call."""
+
 LOOKUP_FEATURES = ("lookup_match", "lookup_tokens", "lookup_accept_rate")
 """Extra features of steps with a prompt-lookup proposal (see `entmtp_vllm.lookup.LookupStats`);
 0 when the bank has no hybrid tree."""
 
 POLICY_FEATURES = (
     "path_value", "p0", "entropy", "recent_accept_mean", "recent_accept_min", "recent_accept_max",
-    "last_accept_length", *LOOKUP_FEATURES,
+    "last_accept_length", *HEAD_FEATURES, *LOOKUP_FEATURES,
 )
 """The scalar features a policy may threshold (`feature` in ladder and hysteresis configs)."""
 
@@ -111,12 +118,23 @@ VERIFIER_FEATURES = ("path_value", "p0", "entropy")
 whose policy thresholds none of them may skip computing that distribution's statistics."""
 
 
+def heads_read(name: str) -> int:
+    """How many heads' top-1 probabilities the feature `name` needs (0: none; see HEAD_FEATURES)."""
+    return int(name.rsplit("_", 1)[1]) if name in HEAD_FEATURES else 0
+
+
 def feature_value(features: StepFeatures, name: str) -> float:
     """The scalar feature `name` of a step (a lookup feature absent this step reads 0)."""
     if name in features.extra:
         return float(features.extra[name])
     if name in LOOKUP_FEATURES:
         return 0.0
+    depth = heads_read(name)
+    if depth:
+        if len(features.head_top1) < depth:
+            raise ValueError(f"feature {name!r} needs the top-1 probability of head {depth}, but this step's "
+                             f"features carry {len(features.head_top1)} heads' (the engine did not compute them)")
+        return float(features.head_top1[depth - 1])
     return float(getattr(features, name))
 
 

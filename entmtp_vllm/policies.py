@@ -13,7 +13,8 @@ comparison per step.
 
 Ladder and hysteresis threshold `feature` (default `path_value`, the paper's s); any name
 in `features.POLICY_FEATURES` may be used instead, e.g. `lookup_match` (the length of the
-prompt-lookup match) to switch to a long lookup chain when the output loops.
+prompt-lookup match) to switch to a long lookup chain when the output loops, or `head_top1_1`
+(head 1's top-1 probability: the drafter's own confidence, read before the tree is chosen).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from pydantic import (
 )
 
 from entmtp_vllm.errors import EntMTPError
-from entmtp_vllm.features import POLICY_FEATURES, VERIFIER_FEATURES, StepFeatures, feature_value
+from entmtp_vllm.features import POLICY_FEATURES, VERIFIER_FEATURES, StepFeatures, feature_value, heads_read
 
 
 def _tree_ref(value: object) -> int | str:
@@ -199,6 +200,12 @@ class Policy(ABC):
         """Whether the choice depends on the target's p0 / entropy at the root (False: an
         engine may pass zeros for them)."""
         return self.feature in VERIFIER_FEATURES
+
+    @property
+    def heads_read(self) -> int:
+        """How many heads' top-1 probabilities (head 1 first) the choice reads: an engine computes
+        that greedy chain before choosing (0: it may skip it)."""
+        return heads_read(self.feature)
 
     def new_state(self) -> PolicyState:
         """A fresh state for a new request, on the initial tree."""

@@ -7,7 +7,16 @@ import math
 import pytest
 import torch
 
-from entmtp_vllm.features import DEFAULT_EMA_WINDOWS, FeatureTracker, StepFeatures, best_path_value, entropy
+from entmtp_vllm.features import (
+    DEFAULT_EMA_WINDOWS,
+    POLICY_FEATURES,
+    FeatureTracker,
+    StepFeatures,
+    best_path_value,
+    entropy,
+    feature_value,
+    heads_read,
+)
 
 
 @pytest.mark.parametrize(
@@ -106,3 +115,12 @@ def test_tracker_argument_checks() -> None:
         FeatureTracker(ema_windows=())
     with pytest.raises(ValueError):
         FeatureTracker(accept_window=0)
+
+
+def test_head_feature_value_is_head_ones_top1_and_needs_the_chain() -> None:
+    tracker = FeatureTracker()
+    assert "head_top1_1" in POLICY_FEATURES and heads_read("head_top1_1") == 1
+    assert heads_read("path_value") == 0 and heads_read("lookup_match") == 0
+    assert feature_value(tracker.features(0.9, [0.25, 0.5], 1.0), "head_top1_1") == 0.25
+    with pytest.raises(ValueError, match="head 1"):
+        feature_value(tracker.features(0.9, [], 1.0), "head_top1_1")

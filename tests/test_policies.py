@@ -235,3 +235,23 @@ def test_reads_verifier_says_whether_p0_or_entropy_can_change_a_choice() -> None
                 high.entropy, low.entropy = 10.0 * extreme, 10.0 * (1.0 - extreme)
                 high.extra["lookup_match"] = low.extra["lookup_match"] = match
                 assert policy.choose(state_a, high) == policy.choose(state_b, low), text
+
+
+def test_head_feature_reads_head_one_and_says_so() -> None:
+    """hysteresis@head_top1_1: head 1's top-1 probability drives the switch (the path value does
+    not); `heads_read` tells an engine how deep a chain to compute, and a step without it is an
+    error, not a silent 0."""
+    policy = make_policy(parse_policy_arg("hysteresis@head_top1_1:0.6,0.3:small,big"), BANK)
+    assert policy.heads_read == 1 and not policy.reads_verifier
+    state = policy.new_state()
+    chosen = []
+    for p1 in (0.5, 0.7, 0.4, 0.2, 0.9):
+        features = at(0.99)
+        features.head_top1 = [p1, 0.01]
+        chosen.append(BANK.names[policy.choose(state, features)])
+    assert chosen == ["small", "big", "big", "small", "big"]
+    with pytest.raises(ValueError, match="head 1"):
+        policy.choose(state, at(0.5))
+    for text in ("static:big", "hysteresis:0.5:small,big", "ladder@lookup_match:1:tiny,big"):
+        assert make_policy(parse_policy_arg(text), BANK).heads_read == 0, text
+    assert make_policy(parse_policy_arg("ladder@head_top1_1:0.3,0.6:tiny,small,big"), BANK).heads_read == 1

@@ -23,20 +23,22 @@ a shared CPU over a few prompts is larger than most differences between threshol
 has none); `--select measured` chooses by the engine check instead. The engine check times the
 best few policies, the best static tree and AR with the `bench offline` protocol on `--num-prompts`
 calibration prompts. Finally a held-out run (`--test-n` test-split prompts) gives the Table-1
-analogue: AR, the published reference tree, EntMTP* (the best static tree) and EntMTP^τ (the best
-hysteresis policy), and the ladder when the bank has three trees or more.
+analogue: AR, the published reference tree, EntMTP* (the best static tree), EntMTP^τ (the best
+hysteresis policy, on whichever feature), the best hysteresis on the paper's path value s when that
+is another policy, and the ladder when the bank has three trees or more.
 
 Policies swept: static (each tree); hysteresis for every (conservative, aggressive) pair with
 τ_on ∈ {0.001, 0.005, 0.01, 0.02, 0.05} (the paper's grid) with τ_off = τ_on, τ_on/2, τ_on/5,
 plus τ_on at quantiles of the observed s (the paper's grid sits in the far lower tail of s for a
 well-calibrated small model) with τ_off = τ_on or the next lower quantile; single-threshold
-hysteresis on the history features `recent_accept_mean` and `last_accept_length` at their
-quantiles (family `hysteresis@FEATURE`; note that the path value max(p0, p0·p1, ...) equals p0),
-and, for banks with hybrid trees, on the lookup features `lookup_match` and `lookup_accept_rate`
-(`HybridReplay` replays the lookup drafter, its features and the cut chains exactly as the
-engines run them; a test checks it against `ReferenceEngine`); ladders over the bank
-sorted by size (every three of them, and all) with edges at quantiles of s (uniform, low- and
-high-skewed).
+hysteresis at their quantiles (family `hysteresis@FEATURE`) on head 1's top-1 probability
+`head_top1_1` (the drafter's own confidence: the regime analysis finds it the strongest predictor
+of the next accept length, while the path value max(p0, p0·p1, ...) equals p0 and is nearly blind)
+and on the history features `recent_accept_mean` and `last_accept_length`, and, for banks with
+hybrid trees, on the lookup features `lookup_match` and `lookup_accept_rate` (`HybridReplay`
+replays the lookup drafter, its features and the cut chains exactly as the engines run them; a
+test checks it against `ReferenceEngine`); ladders over the bank sorted by size (every three of
+them, and all) with edges at quantiles of s and of `head_top1_1` (uniform, low- and high-skewed).
 """
 
 from __future__ import annotations
@@ -79,13 +81,12 @@ FEATURES_FILE = "features.jsonl"
 PAPER_TAUS = (0.001, 0.005, 0.01, 0.02, 0.05)
 TAU_OFF_FACTORS = (1.0, 0.5, 0.2)
 S_QUANTILES = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7)
-HISTORY_FEATURES = ("recent_accept_mean", "last_accept_length")
-DIAGNOSTIC_FEATURES = ("head_top1_1",)
-"""Swept as a what-if only (family `diagnostic@FEATURE`): not a policy feature of the core
-(`features.POLICY_FEATURES`), so never chosen nor written to a bank; the regime analysis finds the
-first head's top-1 probability the strongest predictor of the next accept length."""
+SWEPT_FEATURES = ("head_top1_1", "recent_accept_mean", "last_accept_length")
 """Further features swept with single-threshold hysteresis (the path value of `features.py` is
-max(p0, p0·p1, ...), which equals p0 since every p_d <= 1; history features carry other signal)."""
+max(p0, p0·p1, ...), which equals p0 since every p_d <= 1): head 1's top-1 probability, which the
+regime analysis finds the strongest predictor of the next accept length, and the history."""
+LADDER_FEATURES = ("head_top1_1",)
+"""Features laddered besides the path value (edges at their quantiles)."""
 LADDER_GRIDS = {"uniform": lambda u: u, "low": lambda u: u * u, "high": lambda u: 1 - (1 - u) ** 2}
 
 
@@ -265,15 +266,7 @@ def replay(policy_config: dict[str, Any], trees: Sequence[tuple[str, Tree]], cal
     from entmtp_vllm.topology import TopologyBank
 
     bank = TopologyBank([t for _, t in trees], [n for n, _ in trees])
-    diagnostic = policy_config.get("feature") in DIAGNOSTIC_FEATURES
-    if diagnostic:  # not a policy feature of the core: a what-if for a core change
-        from entmtp_vllm.policies import HysteresisPolicy
-
-        c = policy_config
-        policy = HysteresisPolicy(len(bank), bank.index(c["conservative"]), bank.index(c["aggressive"]), c["tau_on"],
-                                  c["tau_off"], c["feature"])
-    else:
-        policy = make_policy(policy_config, bank)
+    policy = make_policy(policy_config, bank)
     tree_sets = [frozenset(t.paths) for _, t in trees]
     depth = bank.head_depth
     hybrid = HybridReplay(bank, calibration) if bank.lookup_length else None
@@ -289,9 +282,7 @@ def replay(policy_config: dict[str, Any], trees: Sequence[tuple[str, Tree]], cal
         lookup = hybrid.start(k) if hybrid is not None else None
 
         def accept_at(i: int) -> int:
-            extra = {"head_top1_1": feats.chain[i][0]} if diagnostic else None
-            if lookup is not None:
-                extra = {**lookup.features(i), **(extra or {})}
+            extra = lookup.features(i) if lookup is not None else None
             f = tracker.features(feats.p0[i], feats.chain[i][:depth], feats.entropy[i], extra)
             index = policy.choose(state, f)
             if lookup is not None:
@@ -301,9 +292,8 @@ def replay(policy_config: dict[str, Any], trees: Sequence[tuple[str, Tree]], cal
             tracker.observe_step(a, feats.entropy[i])
             counts[index] += 1
             if per_step is not None:
-                shown = replace(f, extra={n: v for n, v in f.extra.items() if n != "head_top1_1"}) if diagnostic else f
                 per_step.append({"prompt": k, "position": i, "tree": names[index], "accept_length": a,
-                                 "features": shown.as_row()})
+                                 "features": f.as_row()})
             return a
 
         for _, a in walk(trajectory, calibration.max_tokens, calibration.eos_ids, accept_at):
@@ -404,26 +394,30 @@ def policy_grid(trees: Sequence[tuple[str, Tree]], s_values: Sequence[float],
                 add(tau, quantiles[k - 1][1], f"s quantiles {q:g}/{quantiles[k - 1][0]:g}")
     for feature, values in (feature_values or {}).items():
         taus = sorted({_round(quantile(values, q)) for q in S_QUANTILES + (0.9,)}) if values else []
-        family = f"diagnostic@{feature}" if feature in DIAGNOSTIC_FEATURES else f"hysteresis@{feature}"
+        family = f"hysteresis@{feature}"
         for (small, _), (big, _) in itertools.combinations(sized, 2):
             for tau in taus:
                 grid.append({"config": {"kind": "hysteresis", "conservative": small, "aggressive": big, "tau_on": tau,
                                         "tau_off": tau, "feature": feature},
                              "family": family, "source": f"{feature} quantiles"})
-    if len(sized) >= 3 and s_values:
-        subsets = [list(c) for c in itertools.combinations([n for n, _ in sized], 3)]
-        if len(sized) > 3:
-            subsets.append([n for n, _ in sized])
+    laddered = [("path_value", s_values)] + [(f, (feature_values or {}).get(f)) for f in LADDER_FEATURES]
+    subsets = [list(c) for c in itertools.combinations([n for n, _ in sized], 3)]
+    if len(sized) > 3:
+        subsets.append([n for n, _ in sized])
+    for feature, values in laddered:
+        if len(sized) < 3 or not values:
+            continue
+        at = {} if feature == "path_value" else {"feature": feature}
+        name = "s" if feature == "path_value" else feature
         for names in subsets:  # every three trees by size, and all of them
             bins = len(names)
             for label, warp in LADDER_GRIDS.items():
-                edges = [_round(quantile(s_values, warp(k / bins))) for k in range(1, bins)]
+                edges = [_round(quantile(values, warp(k / bins))) for k in range(1, bins)]
                 if all(b > a for a, b in zip(edges, edges[1:])):
-                    grid.append({"config": {"kind": "ladder", "edges": edges, "trees": names}, "family": "ladder",
-                                 "source": f"s quantiles ({label})"})
+                    grid.append({"config": {"kind": "ladder", "edges": edges, "trees": names, **at},
+                                 "family": "ladder", "source": f"{name} quantiles ({label})"})
     for entry in grid:
-        if not entry["family"].startswith("diagnostic@"):
-            entry["config"] = validate_policy_config(entry["config"]).model_dump(mode="json")
+        entry["config"] = validate_policy_config(entry["config"]).model_dump(mode="json")
         entry["policy"] = policy_string(entry["config"])
     return grid
 
@@ -594,13 +588,11 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
     observed = replay(best_static["config"], final_trees(best_static["config"], trees, base), calibration, features,
                       detail=True)
     s_values = [step["features"]["path_value"] for step in observed.per_step]
-    others = {f: [step["features"][f] for step in observed.per_step] for f in HISTORY_FEATURES}
+    others = {f: [step["features"][f] for step in observed.per_step] for f in SWEPT_FEATURES
+              if all(f in step["features"] for step in observed.per_step)}  # head_top1_1: banks with heads
     if any(tree.lookup_length for _, tree in trees):  # hybrid trees: thresholds on the lookup features too
         for f in ("lookup_match", "lookup_accept_rate"):
             others[f] = [step["features"].get(f, 0.0) for step in observed.per_step]
-    others["head_top1_1"] = [step["features"]["head_top1_1"] for step in observed.per_step]
-    diagnostic_rows = [r for r in sweep(policy_grid(trees, [], {"head_top1_1": others.pop("head_top1_1")})[len(trees):],
-                                        trees, calibration, features, costs, base)]
     rows = sweep(policy_grid(trees, s_values, others), trees, calibration, features, costs, base)
     sweep_s = time.perf_counter() - sweep_started
     best_static = best_of(rows, "static")
@@ -645,9 +637,10 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
     if config.select == "measured" and check is None:
         raise EntMTPError("--select measured needs the engine check (--num-prompts > 0)")
     chosen = max((r for r in rows if r.get(key) is not None), key=lambda r: r[key])
-    best_hyst_sel = best_of(rows, "hysteresis", key) or best_hyst
-    best_other = max((r for r in rows if r["family"].startswith("hysteresis@") and r.get(key) is not None),
-                     key=lambda r: r[key], default=None)
+    # EntMTP^τ: the best hysteresis policy on any feature; and the best on the paper's path value
+    best_paper = best_of(rows, "hysteresis", key) or best_hyst
+    best_hyst_sel = max((r for r in rows if r["family"].partition("@")[0] == "hysteresis" and r.get(key) is not None),
+                        key=lambda r: r[key], default=best_paper)
     best_static_sel = best_of(rows, "static", key) or best_static
 
     # 4. the chosen policy into the bank
@@ -672,7 +665,8 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
             methods.append(f"tree:{cand}#{reference}")
             named[methods[-1]] = f"{reference} (published)"
         for title, r in (("EntMTP* (best static)", best_static_sel), ("EntMTP^τ (hysteresis)", best_hyst_sel),
-                         ("EntMTP-l (ladder)", best_ladder), ("hysteresis on another feature", best_other)):
+                         ("EntMTP^τ on the path value s (the paper's feature)", best_paper),
+                         ("EntMTP-l (ladder)", best_ladder)):
             if r is not None and method_for(r) not in methods:
                 methods.append(method_for(r))
                 named[methods[-1]] = f"{title}: {r['policy']}"
@@ -706,11 +700,10 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
         "prefill_ms_per_token": 1000 * costs.prefill_s_per_token,
         "s_quantiles": {f"{q:g}": quantile(s_values, q) for q in (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9)},
         "rows": rows,
-        "diagnostic_rows": diagnostic_rows,
         "chosen": summary,
         "best": {"static": best_static_sel["policy"], "hysteresis": best_hyst_sel["policy"] if best_hyst_sel else None,
                  "ladder": best_ladder["policy"] if best_ladder else None,
-                 "other_feature": best_other["policy"] if best_other else None},
+                 "hysteresis_path_value": best_paper["policy"] if best_paper else None},
         "bank_policy": updated.policy,
         "bank_trees": [t.name for t in updated.trees],
         "table1": table1,
@@ -766,12 +759,6 @@ def calibrate_markdown(results: dict[str, Any], top: int = 15) -> str:
     lines.append("")
     lines.append(f"{len(rows)} policies replayed; the table shows the best {top}, every static tree, every policy "
                  "timed in the engine check and the paper's single-τ grid for the best hysteresis pair.")
-    diag = sorted(results.get("diagnostic_rows") or [], key=lambda r: -r["predicted_tokens_per_second"])
-    if diag:
-        best = diag[0]
-        lines += ["", f"What-if, not choosable (the core's policies cannot threshold `{best['config']['feature']}`): "
-                  f"best `{best['policy']}` predicts {best['predicted_tokens_per_second']:.2f} tok/s (τ {best['tau']:.3f}, "
-                  f"{best['switches']} switches) vs {rows[0]['predicted_tokens_per_second']:.2f} for the chosen policy."]
     t1 = results.get("table1")
     if t1:
         lines += ["", f"## Held-out (Table-1 analogue): {t1['num_prompts']} test prompts, {t1['machine']['dtype']}, "

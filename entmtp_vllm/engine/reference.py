@@ -7,7 +7,8 @@ One readable loop, gpt-fast style. Per request:
         lookup    : (banks with hybrid trees) the prompt-lookup continuation of the context
         features  : p0 and entropy of the verifier at the last accepted node -> the path value
                     s = max(p0, p0·p1, …) (= p0: every p <= 1); lookup match stats; the heads'
-                    top-1 chain only with head_features=True (step records for analysis)
+                    top-1 chain as deep as the policy reads it (head_top1_1: head 1), or to the
+                    bank's depth with head_features=True (step records for analysis)
         policy    : features -> bank index -> the tree's TreeBuffers (a hybrid tree's lookup
                     chain cut to the tokens the lookup found: no match, no branch)
         draft     : the heads (and the lookup) fill the tree; node 0 is the root (emitted,
@@ -78,9 +79,10 @@ class ReferenceEngine:
     do not depend on the prompt happen here, before any decoding.
 
     `head_features`: also run the heads' top-1 chain to the bank's depth every step and log
-    its probabilities (`head_top1_d` in the step records, for regime analysis). No policy
-    reads them (the path value does not change: max(p0, p0·p1, …) = p0), and a step whose tree
-    is shallower than the bank's deepest pays head calls it does not use, so it is off by default.
+    its probabilities (`head_top1_d` in the step records, for regime analysis). The path value
+    does not change (max(p0, p0·p1, …) = p0), and a step whose tree is shallower than the bank's
+    deepest pays head calls it does not use, so it is off by default; a policy that thresholds a
+    head feature (`head_top1_1`) gets the chain it reads (`Policy.heads_read`) either way.
     """
 
     def __init__(
@@ -248,7 +250,8 @@ class ReferenceEngine:
                 p0 = float(probs.max())
                 step_entropy = float(entropy(probs))
                 draft_step = self.drafter.begin(last_hidden, root)
-                head_top1 = draft_step.greedy_chain(self.bank.head_depth) if self.head_features else []
+                chain = self.bank.head_depth if self.head_features else self.policy.heads_read
+                head_top1 = draft_step.greedy_chain(chain) if chain else []  # cached for the draft
                 match = NO_MATCH
                 if self.lookup is not None:  # the context ends with the root
                     match = self.lookup.propose(prompt_ids + generated, self.bank.lookup_length)

@@ -274,16 +274,20 @@ class EntMTPProposer:
             if request.accept_length is not None and state.entropy_at_proposal is not None:
                 state.tracker.observe_step(request.accept_length, state.entropy_at_proposal)
             step = self.drafter.begin(request.hidden.to(self.device), request.root)
-            # The heads' top-1 chain is not needed to choose: the path value max(p0, p0·p1, …)
-            # equals p0 (every p <= 1), and no policy feature reads the heads. Skipping it saves
-            # a head call on steps whose tree has no head node (e.g. a lookup-only tree).
-            head_top1: list[float] = []
-            extra = state.lookup.features(seen) if self.lookup is not None else None
-            features = state.tracker.features(request.p0, head_top1, request.entropy, extra)
-            switches = state.policy.switches
-            index = self.policy.choose(state.policy, features)
-            self.stats.switches += state.policy.switches - switches
-            metrics.count("switches", state.policy.switches - switches)
+            # The heads' top-1 chain only as deep as the policy reads it (head_top1_1: head 1, whose
+            # output the draft reuses); the path value max(p0, p0·p1, …) equals p0 (every p <= 1).
+            # Under the batch fallback a policy that reads the heads does not choose (that would
+            # cost a head call per request for a tree that is overridden); any other policy
+            # still chooses, so that its state follows the lookup features it reads.
+            chain = self.policy.heads_read
+            if fallback_tree is None or not chain:
+                head_top1 = step.greedy_chain(chain) if chain else []
+                extra = state.lookup.features(seen) if self.lookup is not None else None
+                features = state.tracker.features(request.p0, head_top1, request.entropy, extra)
+                switches = state.policy.switches
+                index = self.policy.choose(state.policy, features)
+                self.stats.switches += state.policy.switches - switches
+                metrics.count("switches", state.policy.switches - switches)
             if fallback_tree is not None:
                 index = fallback_tree
                 self.stats.fallback_steps += 1

@@ -312,6 +312,39 @@ def test_head_features_only_log_and_cost_head_calls(tiny_model, monkeypatch):
     assert plain_calls < logged_calls  # chain:3 steps no longer run head 4
 
 
+def test_head_feature_policy_chooses_on_head_one_at_no_extra_head_call(tiny_model, monkeypatch):
+    """hysteresis@head_top1_1: the engine computes head 1's top-1 probability before choosing
+    (and only head 1's), the choice follows it, greedy output stays AR's, and head 1 still runs
+    once per step (the chain's call is the draft's)."""
+    drafter = _random_heads("hydra", tiny_model, num_heads=4)
+    bank = bank_of("chain:3", "sparse")
+    probe = ReferenceEngine(tiny_model, None, drafter, bank, head_features=True).generate(PROMPTS[0], 20)
+    tau = sorted(r.features["head_top1_1"] for r in probe.steps)[len(probe.steps) // 2]
+    policy = make_policy({"kind": "hysteresis", "conservative": "chain:3", "aggressive": "sparse", "tau_on": tau,
+                          "tau_off": tau, "feature": "head_top1_1"}, bank)
+    calls = []
+    real = type(drafter.heads).head_logits
+
+    def counted(self, depth, *args, **kwargs):
+        calls.append(depth)
+        return real(self, depth, *args, **kwargs)
+
+    monkeypatch.setattr(type(drafter.heads), "head_logits", counted)
+    engine = ReferenceEngine(tiny_model, None, drafter, bank, policy)
+    used = set()
+    for prompt in PROMPTS:
+        ar = engine.generate(prompt, 20, method="ar")
+        calls.clear()
+        gen = engine.generate(prompt, 20)
+        assert gen.token_ids == ar.token_ids
+        assert calls.count(1) == len(gen.steps)
+        for r in gen.steps:
+            assert "head_top1_1" in r.features and "head_top1_2" not in r.features
+            assert r.tree_name == ("sparse" if r.features["head_top1_1"] > tau else "chain:3")
+            used.add(r.tree_name)
+    assert used == {"chain:3", "sparse"}
+
+
 def test_lossless_treats_top_k_drafts_as_point_masses(tiny_model, monkeypatch):
     """The heads pick candidates by top-k, not by sampling from their softmax: lossless
     acceptance must get draft_probs=None (one-hot drafts), else its output is biased."""

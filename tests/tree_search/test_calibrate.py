@@ -66,7 +66,10 @@ def test_replay_equals_the_engine_step_by_step(tiny, tmp_path):
             "tau_off": s[len(s) // 4]}
     on_history = {"kind": "hysteresis", "conservative": "small", "aggressive": "big", "tau_on": 1.5,
                   "tau_off": 1.5, "feature": "recent_accept_mean"}  # depends on the replay's own accept lengths
-    for config in (on_s, on_history):
+    p1 = sorted(step["features"]["head_top1_1"] for step in probe.per_step)
+    on_head = {"kind": "hysteresis", "conservative": "small", "aggressive": "big", "tau_on": p1[len(p1) // 2],
+               "tau_off": p1[len(p1) // 2], "feature": "head_top1_1"}  # the drafter's own confidence
+    for config in (on_s, on_history, on_head):
         replayed = replay(config, TREES, calibration, features, detail=True)
         assert replayed.switches > 0 and set(replayed.tree_steps.values()) != {0}
 
@@ -158,6 +161,10 @@ def test_ladders_and_policy_strings():
     grid += policy_grid(trees, s, {"recent_accept_mean": [1.0, 1.5, 2.0, 2.5]})[len(grid):]
     assert {g["config"]["feature"] for g in grid if g["family"] == "hysteresis@recent_accept_mean"} == {
         "recent_accept_mean"}
+    on_head = [g for g in policy_grid(trees, s, {"head_top1_1": [0.1, 0.4, 0.5, 0.9]})
+               if g["config"].get("feature") == "head_top1_1"]
+    assert {g["family"] for g in on_head} == {"hysteresis@head_top1_1", "ladder"}  # head 1: thresholds and ladders
+    grid += on_head
     for g in grid:  # the CLI form parses back to the same config
         assert parse_policy_arg(g["policy"]).model_dump(mode="json") == g["config"]
 

@@ -1,5 +1,6 @@
-"""Greedy equality with a hysteresis policy that switches trees, requests on different trees in
-one batch, and the batch-size fallback rule configured (but not triggered below its size)."""
+"""Greedy equality with a hysteresis policy that switches trees (on the path value, and on head 1's
+top-1 probability), requests on different trees in one batch, and the batch-size fallback rule
+configured (but not triggered below its size)."""
 
 from __future__ import annotations
 
@@ -19,14 +20,20 @@ def bank_file(tmp_path_factory):
     return str(path)
 
 
-@pytest.fixture(scope="module")
-def llm(model_path, heads_folder, bank_file):
-    # s = max(p0, p0*p1, ...) >= p0, the target's top-1 probability, which for greedy SmolLM2
-    # ranges from ~0.2 to ~1: thresholds inside that range switch with any heads.
+# s = max(p0, p0*p1, ...) >= p0, the target's top-1 probability, which for greedy SmolLM2 ranges
+# from ~0.2 to ~1; head 1's top-1 probability (the drafter's confidence) averages ~0.45 with the
+# shipped heads: thresholds inside those ranges switch.
+FEATURES = {"path_value": (0.9, 0.6), "head_top1_1": (0.6, 0.3)}
+
+
+@pytest.fixture(scope="module", params=list(FEATURES))
+def llm(request, model_path, heads_folder, bank_file):
+    tau_on, tau_off = FEATURES[request.param]
     settings = {
         "heads": heads_folder,
         "bank": bank_file,
-        "policy": {"kind": "hysteresis", "conservative": "small", "aggressive": "wide", "tau_on": 0.9, "tau_off": 0.6},
+        "policy": {"kind": "hysteresis", "conservative": "small", "aggressive": "wide", "tau_on": tau_on,
+                   "tau_off": tau_off, "feature": request.param},
         "batch_fallback": {"max_batch": 64, "tree": "small"},
     }
     engine = make_llm(model_path, settings)
