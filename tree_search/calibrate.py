@@ -461,6 +461,22 @@ def best_of(rows: Sequence[dict[str, Any]], family: str, key: str = "predicted_t
     return max(candidates, key=lambda r: r[key]) if candidates else None
 
 
+def paired_speed(method: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
+    """`method`'s speed relative to `baseline`, two methods of one `run_offline` result (the same
+    prompts, taking turns): the ratio of total times (baseline / method: > 1 is faster), and the
+    per-prompt ratios' mean with its 95% interval (normal approximation), i.e. how much of a
+    difference the spread over prompts leaves room for."""
+    times = {r["id"]: r["time_s"] for r in baseline["prompts"]}
+    pairs = [(times[r["id"]], r["time_s"]) for r in method["prompts"] if r["id"] in times and r["time_s"] > 0]
+    if not pairs:
+        raise EntMTPError("paired_speed: the two methods share no timed prompt")
+    ratios = [b / a for b, a in pairs]
+    mean = sum(ratios) / len(ratios)
+    spread = (sum((r - mean) ** 2 for r in ratios) / (len(ratios) - 1)) ** 0.5 if len(ratios) > 1 else float("nan")
+    return {"ratio": sum(b for b, _ in pairs) / sum(a for _, a in pairs), "per_prompt_mean": mean,
+            "per_prompt_ci95": 1.96 * spread / len(ratios) ** 0.5, "prompts": len(ratios)}
+
+
 def write_policy(bank_path: Path, policy: dict[str, Any], extra_trees: Sequence[dict[str, Any]],
                  metadata: dict[str, Any], base: Sequence[str] | None = None) -> BankFile:
     """Put `policy` into the bank file, with the trees it needs that the bank lacks (`extra_trees`,
@@ -677,6 +693,10 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
         test = _cached_offline(out / "test_offline.json", cfg, bench, progress, log)
         table1 = {"num_prompts": test["num_prompts"], "machine": test["machine"], "rows": [
             {"name": named.get(m, "AR"), **method_row(m, test["methods"][m])} for m in methods]}
+        static_method = method_for(best_static_sel)
+        for m, row in zip(methods, table1["rows"]):
+            if m not in ("ar", static_method):
+                row["vs_static"] = paired_speed(test["methods"][m], test["methods"][static_method])
         same_prompts = (throughput["split"] == "test" and throughput["num_prompts"] == test["num_prompts"]
                         and throughput["bench"]["seed"] == test["config"]["seed"])
         if reference is None and throughput.get("reference") and same_prompts:
@@ -718,6 +738,13 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
 
 def _num(value: float | None, form: str = ".3f") -> str:
     return "–" if value is None else format(value, form)
+
+
+def paired_text(vs: dict[str, Any] | None) -> str:
+    """`paired_speed` as table text."""
+    if not vs:
+        return "–"
+    return f"{vs['ratio']:.3f} ({vs['per_prompt_mean']:.3f} ± {vs['per_prompt_ci95']:.3f})"
 
 
 def calibrate_markdown(results: dict[str, Any], top: int = 15) -> str:
@@ -763,10 +790,13 @@ def calibrate_markdown(results: dict[str, Any], top: int = 15) -> str:
     if t1:
         lines += ["", f"## Held-out (Table-1 analogue): {t1['num_prompts']} test prompts, {t1['machine']['dtype']}, "
                   f"{t1['machine']['threads']} thread(s)", "",
-                  "| method | tok/s | ρ | τ | nodes/step |", "|---|---:|---:|---:|---:|"]
+                  "| method | tok/s | ρ | τ | nodes/step | × EntMTP* (per-prompt mean ± 95%) |",
+                  "|---|---:|---:|---:|---:|---|"]
         for r in t1["rows"]:
             lines.append(f"| {r['name']} | {r['tokens_per_second']:.2f} | {r['speedup']:.3f} | {r['tau']:.3f} | "
-                         f"{r['mean_nodes']:.1f} |")
+                         f"{r['mean_nodes']:.1f} | {paired_text(r.get('vs_static'))} |")
+        lines += ["", "× EntMTP*: total-time ratio to the best static tree on the same prompts (> 1: faster), then "
+                  "the mean of the per-prompt ratios and its 95% interval over prompts."]
     lines += ["", f"Wall time {results['timing']['total_s']:.0f} s (features {results['timing']['features_s']:.0f} s, "
               f"replay sweep {results['timing']['sweep_s']:.1f} s)."]
     return "\n".join(lines) + "\n"

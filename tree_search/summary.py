@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from entmtp_vllm.tree import Tree
+from tree_search.calibrate import paired_text
 
 COPY = [
     "frontier.md", "frontier.png", "bank.json", "debias.md", "bank_debiased.json",
@@ -168,9 +169,11 @@ def summary_markdown(tasks: Sequence[dict[str, Any]]) -> str:
             continue
         t1 = c["table1"]
         lines += [f"**{t['label']}** — {t1['num_prompts']} test prompts, {t1['machine']['dtype']}; chosen policy "
-                  f"`{c['chosen']['policy']}`.", "", "| method | tok/s | ρ | τ |", "|---|---:|---:|---:|"]
+                  f"`{c['chosen']['policy']}`.", "", "| method | tok/s | ρ | τ | × EntMTP* (per-prompt mean ± 95%) |",
+                  "|---|---:|---:|---:|---|"]
         for r in t1["rows"]:
-            lines.append(f"| {r['name']} | {r['tokens_per_second']:.2f} | {r['speedup']:.3f} | {r['tau']:.3f} |")
+            lines.append(f"| {r['name']} | {r['tokens_per_second']:.2f} | {r['speedup']:.3f} | {r['tau']:.3f} | "
+                         f"{paired_text(r.get('vs_static'))} |")
         lines.append("")
     lines += ["## (c) Wall time per stage (s)", "", "| task | " + " | ".join(
         ["frontier calibration", "frontier growth", "throughput", "calibrate", "regimes", "debias"]) + " |",

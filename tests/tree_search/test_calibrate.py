@@ -10,6 +10,7 @@ import pytest
 from _search_parts import calibrate, random_prompts
 from entmtp_vllm.bank_file import BankFile, load_bank, save_bank
 from entmtp_vllm.engine.reference import ReferenceEngine
+from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.policies import make_policy
 from entmtp_vllm.topology import TopologyBank
 from entmtp_vllm.tree import Tree
@@ -22,6 +23,7 @@ from tree_search.calibrate import (
     policy_string,
     quantile,
     replay,
+    paired_speed,
     sweep,
     write_policy,
 )
@@ -213,3 +215,18 @@ def test_hybrid_replay_equals_the_engine_step_by_step(tiny, tmp_path):
             assert replayed.switches > 0  # not a vacuous check: the lookup feature moves the policy
     static = replay({"kind": "static", "tree": "loop"}, HYBRID_TREES, calibration, features)
     assert static.tau > replay({"kind": "static", "tree": "hydra"}, HYBRID_TREES, calibration, features).tau
+
+
+def test_paired_speed_pairs_prompts_by_id():
+    """Ratios of the baseline's time to the method's, prompt by prompt (matched by id, in any
+    order): total ratio, per-prompt mean and a 95% interval that shrinks with agreement."""
+    baseline = {"prompts": [{"id": "a", "time_s": 2.0}, {"id": "b", "time_s": 4.0}, {"id": "c", "time_s": 3.0}]}
+    method = {"prompts": [{"id": "c", "time_s": 3.0}, {"id": "a", "time_s": 1.0}, {"id": "b", "time_s": 4.0}]}
+    vs = paired_speed(method, baseline)
+    assert vs["prompts"] == 3 and vs["ratio"] == pytest.approx(9 / 8)
+    assert vs["per_prompt_mean"] == pytest.approx((2 + 1 + 1) / 3)
+    assert vs["per_prompt_ci95"] == pytest.approx(1.96 * (1 / 3) ** 0.5 / 3 ** 0.5)
+    same = paired_speed(baseline, baseline)
+    assert same["ratio"] == same["per_prompt_mean"] == 1.0 and same["per_prompt_ci95"] == 0.0
+    with pytest.raises(EntMTPError, match="no timed prompt"):
+        paired_speed({"prompts": [{"id": "z", "time_s": 1.0}]}, baseline)

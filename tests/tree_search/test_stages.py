@@ -71,6 +71,8 @@ def test_throughput_calibrate_regimes(frontier_dir, capsys):
     names = [r["name"] for r in cal["table1"]["rows"]]
     assert names[0] == "AR" and any(n.startswith("EntMTP*") for n in names)
     assert any(n.startswith("EntMTP^τ") for n in names)
+    for row in cal["table1"]["rows"]:  # every policy but AR and EntMTP* itself, paired with EntMTP*
+        assert ("vs_static" in row) == (row["name"] != "AR" and not row["name"].startswith("EntMTP*")), row["name"]
     # a rerun reuses the features and both engine runs
     assert entmtp(["search", "calibrate", "--bank", str(out / "throughput" / "bank_throughput.json"),
                    "--frontier", str(out), "-n", "1", "--test-n", "1", "--check-top", "1", "--dtype", "float32",
