@@ -528,6 +528,10 @@ class CalibrateConfig:
     candidates: str = "timed"
     """bank: the bank's trees only; timed: also every frontier tree the throughput run timed (a tree
     that is not throughput-Pareto as a static tree can still pay off as the aggressive one)."""
+    heldout: str | None = None
+    """A frontier folder over other prompts (e.g. `entmtp search frontier --split test`): the best
+    policies, chosen here, are also replayed over its trajectories (held-out replay: no timing
+    noise, and every policy on the same tokens)."""
 
 
 def _cached_offline(path: Path, bench_cfg, run, progress, log) -> dict[str, Any]:
@@ -671,7 +675,39 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
         "best_static": best_static_sel["policy"], "best_hysteresis": best_hyst_sel["policy"] if best_hyst_sel else None,
     }})
 
-    # 5. held-out Table-1 analogue
+    # 5. held-out replay: the policies chosen above, over another folder's trajectories
+    heldout = None
+    if config.heldout:
+        held_folder = Path(config.heldout)
+        held_settings, _ = read_frontier(held_folder)
+        if settings_difference({k: settings.get(k) for k in ("model", "heads", "dtype")},
+                               {k: held_settings.get(k) for k in ("model", "heads", "dtype")}):
+            raise EntMTPError(f"--heldout {held_folder} was made with another model, heads or dtype than {folder}")
+        held = load_calibration(held_folder / CALIBRATION_LOG)
+        overlap = {t.id for t in held.trajectories} & {t.id for t in calibration.trajectories}
+        if overlap:
+            raise EntMTPError(f"--heldout {held_folder} shares {len(overlap)} prompts with the calibration "
+                              f"(e.g. {sorted(overlap)[0]}): use another split (--split test)")
+        held_features = build_features(held, resources.load, out / "heldout_features.jsonl",
+                                       feature_settings(held_folder, held_settings, held), progress)
+        picked = {"EntMTP* (best static)": best_static_sel, "EntMTP^τ (hysteresis)": best_hyst_sel,
+                  "EntMTP^τ on the path value s": best_paper, "EntMTP-l (ladder)": best_ladder, "chosen": chosen}
+        held_rows, seen = [], set()
+        for title, r in picked.items():
+            if r is None or r["policy"] in seen:
+                continue
+            seen.add(r["policy"])
+            result = replay(r["config"], final_trees(r["config"], trees, base), held, held_features)
+            held_rows.append({"name": title, "policy": r["policy"], "tau": result.tau,
+                              "predicted_tokens_per_second": costs.tokens_per_second(result),
+                              "calibration_predicted_tokens_per_second": r["predicted_tokens_per_second"]})
+        static_tps = held_rows[0]["predicted_tokens_per_second"]
+        for row in held_rows:
+            row["vs_static"] = row["predicted_tokens_per_second"] / static_tps
+        heldout = {"frontier": str(held_folder), "prompts": held.num_prompts, "rows": held_rows}
+        log(f"held-out replay over {held.num_prompts} prompts of {held_folder}")
+
+    # 6. held-out Table-1 analogue
     table1 = None
     if config.test_n > 0:
         reference = config.reference or throughput.get("reference")
@@ -730,6 +766,7 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
         "bank_policy": updated.policy,
         "bank_trees": [t.name for t in updated.trees],
         "table1": table1,
+        "heldout_replay": heldout,
         "timing": {"features_s": features_s, "sweep_s": sweep_s, "total_s": time.perf_counter() - started},
     }
     results["outputs"] = write_calibrate_outputs(results, out)
@@ -789,6 +826,16 @@ def calibrate_markdown(results: dict[str, Any], top: int = 15) -> str:
     lines.append("")
     lines.append(f"{len(rows)} policies replayed; the table shows the best {top}, every static tree, every policy "
                  "timed in the engine check and the paper's single-τ grid for the best hysteresis pair.")
+    held = results.get("heldout_replay")
+    if held:
+        lines += ["", f"## Held-out replay: {held['prompts']} prompts of `{held['frontier']}`", "",
+                  "The policies chosen on the calibration prompts, replayed over held-out trajectories with the same "
+                  "measured step costs (every policy on the same tokens, no timing noise).", "",
+                  "| method | policy | τ | predicted tok/s | × EntMTP* | predicted on the calibration prompts |",
+                  "|---|---|---:|---:|---:|---:|"]
+        for r in held["rows"]:
+            lines.append(f"| {r['name']} | `{r['policy']}` | {r['tau']:.3f} | {r['predicted_tokens_per_second']:.2f} | "
+                         f"{r['vs_static']:.4f} | {r['calibration_predicted_tokens_per_second']:.2f} |")
     t1 = results.get("table1")
     if t1:
         lines += ["", f"## Held-out (Table-1 analogue): {t1['num_prompts']} test prompts, {t1['machine']['dtype']}, "

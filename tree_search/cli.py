@@ -205,6 +205,10 @@ def add_actions(sub: argparse._SubParsersAction) -> None:
     calibrate.add_argument("--max-tokens", type=int, help="new tokens per prompt in engine runs (default: the frontier's)")
     calibrate.add_argument("--reference", help="published tree in the Table-1 run (default: the throughput run's; 'none': not rerun, its "
                            "row is taken from the throughput run when that timed the same test prompts)")
+    calibrate.add_argument("--heldout", metavar="FRONTIER",
+                           help="also replay the best policies over this frontier folder's trajectories, made on "
+                           "other prompts (e.g. `entmtp search frontier --split test -n 40 --budget 4 ...`): "
+                           "held-out τ and predicted tok/s, every policy on the same tokens")
     calibrate.add_argument("--out", help="output folder (default: <frontier>/calibrate)")
     calibrate.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
     calibrate.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -308,7 +312,7 @@ def run_calibrate_cmd(args: argparse.Namespace) -> int:
     config = CalibrateConfig(bank=args.bank, frontier=args.frontier, throughput=args.throughput, out=args.out,
                              dtype=args.dtype, num_prompts=args.num_prompts, test_n=args.test_n, check_top=args.check_top,
                              select=args.select, max_tokens=args.max_tokens, threads=args.threads,
-                             reference=args.reference, candidates=args.candidates)
+                             reference=args.reference, candidates=args.candidates, heldout=args.heldout)
     results = run_calibrate(config, progress=not args.no_progress)
     print(calibrate_markdown(results), end="")
     print("wrote " + ", ".join(results["outputs"].values()) + f"; policy written to {args.bank}", file=sys.stderr)

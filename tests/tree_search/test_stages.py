@@ -36,7 +36,7 @@ def frontier_dir(tiny_folders, tmp_path_factory):
     return out
 
 
-def test_throughput_calibrate_regimes(frontier_dir, capsys):
+def test_throughput_calibrate_regimes(frontier_dir, tiny_folders, capsys):
     out = frontier_dir
     assert entmtp(["search", "throughput", "--frontier", str(out), "--sizes", "2,4,8", "--reference", "full:2,1",
                    "-n", "2", "--dtype", "float32", "--no-progress"]) == 0
@@ -78,6 +78,21 @@ def test_throughput_calibrate_regimes(frontier_dir, capsys):
                    "--frontier", str(out), "-n", "1", "--test-n", "1", "--check-top", "1", "--dtype", "float32",
                    "--no-progress"]) == 0
     assert capsys.readouterr().err.count("reusing") == 2
+    # held-out replay: the chosen policies over another split's trajectories (and never the same prompts)
+    model, heads = tiny_folders
+    held = out.parent / "mt_bench_test"
+    assert entmtp(["search", "frontier", "--dataset", "mt_bench", "--split", "test", "-n", "2", "--budget", "2",
+                   "--max-depth", "3", "--max-tokens", "8", "--model", str(model), "--heads", str(heads), "--out",
+                   str(held), "--no-progress", "--reference", "none"]) == 0
+    common = ["search", "calibrate", "--bank", str(out / "throughput" / "bank_throughput.json"), "--frontier", str(out),
+              "-n", "0", "--test-n", "0", "--no-progress"]
+    assert entmtp(common + ["--heldout", str(held)]) == 0
+    assert "## Held-out replay: 2 prompts" in capsys.readouterr().out
+    replayed = json.loads((out / "calibrate" / "calibrate.json").read_text())["heldout_replay"]
+    assert replayed["prompts"] == 2 and replayed["rows"][0]["name"] == "EntMTP* (best static)"
+    assert replayed["rows"][0]["vs_static"] == 1.0 and all(r["tau"] >= 1.0 for r in replayed["rows"])
+    assert entmtp(common + ["--heldout", str(out)]) != 0
+    assert "shares 3 prompts with the calibration" in capsys.readouterr().err
 
     assert entmtp(["search", "regimes", "--frontier", str(out), "--tree", "n4", "--folds", "3", "--no-progress"]) == 0
     table = capsys.readouterr().out
