@@ -30,7 +30,7 @@ from tree_search.calibrate import paired_text
 COPY = [
     "frontier.md", "frontier.png", "bank.json", "debias.md", "bank_debiased.json",
     "throughput/throughput.md", "throughput/throughput.png", "throughput/bank_throughput.json",
-    "throughput/offline.md", "calibrate/calibrate.md", "calibrate/calibrate.png",
+    "throughput/offline.md", "calibrate/calibrate.md", "calibrate/calibrate.png", "calibrate_f32/calibrate.md",
     "regimes/regimes.md", "regimes/regimes.png", "regimes/regimes.json",
 ]
 MAX_COPY_BYTES = 1_000_000
@@ -38,6 +38,45 @@ MAX_COPY_BYTES = 1_000_000
 
 def _load(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def scheduler_overview(tasks: Sequence[dict[str, Any]]) -> list[str]:
+    """EntMTP^τ and the ladder against EntMTP*, every way they were compared: replay on the
+    calibration prompts (what chose them), replay on held-out trajectories, timed held out in
+    bfloat16 (each method on its own greedy text) and in float32 (every method on AR's tokens)."""
+    lines = ["", "### EntMTP^τ and the ladder ÷ EntMTP* (best static), every comparison", "",
+             "| task | method | policy | calibration replay | held-out replay | timed held out, bf16 | timed held out, f32 |",
+             "|---|---|---|---:|---:|---|---|"]
+
+    def timed(table: dict[str, Any] | None, policy: str) -> str:
+        if not table:
+            return "–"
+        row = next((r for r in table["rows"] if r["name"].endswith(f": {policy}")), None)
+        return f"{paired_text(row.get('vs_static'))} ({table['num_prompts']} prompts)" if row else "–"
+
+    any_row = False
+    for t in tasks:
+        c = t.get("calibrate")
+        if not c or "calibration_replay" not in c:
+            continue
+        best, calib = c["best"], c["calibration_replay"]
+        held = {r["policy"]: r for r in (c.get("heldout_replay") or {}).get("rows", [])}
+        static = best["static"]
+        for title, key in (("EntMTP^τ", "hysteresis"), ("EntMTP-l", "ladder")):
+            policy = best.get(key)
+            if not policy:
+                continue
+            any_row = True
+            calib_ratio = calib[policy] / calib[static] if static in calib and policy in calib else None
+            held_ratio = held[policy]["vs_static"] if policy in held else None
+            lines.append(f"| {t['label']} | {title} | `{policy}` | {_f(calib_ratio, '.4f')} | {_f(held_ratio, '.4f')} | "
+                         f"{timed(c.get('table1'), policy)} | {timed(c.get('table1_float32'), policy)} |")
+    if not any_row:
+        return []
+    lines += ["", "Replays: predicted tok/s (τ per measured step cost), the calibration prompts (100; mt_bench 34) and "
+              "held-out test prompts (`--heldout`). Timed: tok/s ratio over the test prompts, then the per-prompt mean "
+              "± 95%."]
+    return lines
 
 
 def check_half_size(folder: Path) -> dict[str, Any] | None:
@@ -92,8 +131,12 @@ def task_summary(folder: Path) -> dict[str, Any]:
                 "tree": f"n{half}", "tau": rows[f"n{half}"]["tau"], "reference_tau": ref["tau"]},
         }
     if calibrate is not None:
+        f32 = _load(folder / "calibrate_f32" / "calibrate.json")
         out["calibrate"] = {"chosen": calibrate["chosen"], "best": calibrate["best"], "table1": calibrate.get("table1"),
-                            "s_quantiles": calibrate.get("s_quantiles")}
+                            "s_quantiles": calibrate.get("s_quantiles"), "heldout_replay": calibrate.get("heldout_replay"),
+                            "calibration_replay": {r["policy"]: r["predicted_tokens_per_second"] for r in calibrate["rows"]
+                                                   if r["policy"] in calibrate["best"].values()},
+                            "table1_float32": f32.get("table1") if f32 else None}
     if regimes is not None:
         top = sorted((f for f in regimes["per_feature"] if f["r"] is not None), key=lambda f: -abs(f["r"]))[:5]
         out["regimes"] = {"rows": regimes["rows"], "prompts": regimes["prompts"],
@@ -162,6 +205,7 @@ def summary_markdown(tasks: Sequence[dict[str, Any]]) -> str:
         lines.append(f"| {t['label']} | {th['prompts']} {th['split']} | {th['ar']:.2f} | {ref_s} | `{best['name']}` "
                      f"(n={best['size']}) | {best['tokens_per_second']:.2f} ({best['speedup']:.2f}×, {best['tau']:.2f}) | "
                      f"{', '.join(th['pareto'])} |")
+    lines += scheduler_overview(tasks)
     lines += ["", "### Table-1 analogue (calibrate's held-out run)", ""]
     for t in tasks:
         c = t.get("calibrate")

@@ -14,10 +14,12 @@ cd "$(dirname "$(readlink -f "$0")")/../.." 2>/dev/null || true
 [ -x .venv/bin/entmtp ] || cd /work/main
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 E=.venv/bin/entmtp
-STAGES=${STAGES:-"frontier throughput calibrate regimes debias"}
+STAGES=${STAGES:-"frontier throughput heldout calibrate regimes debias"}
 THROUGHPUT_N=${THROUGHPUT_N:-8}       # held-out test prompts timed per method
 THROUGHPUT_SIZES=${THROUGHPUT_SIZES:-1,2,4,8,16,31}
 CHECK_N=${CHECK_N:-5}                 # calibration prompts of the scheduler's engine check
+TEST_N=${TEST_N:-16}                  # held-out test prompts of calibrate's Table-1 run
+HELDOUT_N=${HELDOUT_N:-40}            # test prompts whose greedy trajectories the chosen policies are replayed on
 DEBIAS_N=${DEBIAS_N:-5}               # calibration prompts self-rolled per tree (float32)
 stamp() { date -u +%H:%M:%S; }
 run() { echo "[$(stamp)] $*"; local t0=$SECONDS; "$@"; local rc=$?; echo "[$(stamp)] rc=$rc after $((SECONDS - t0)) s: $2 $3"; return $rc; }
@@ -33,10 +35,15 @@ for TASK in "$@"; do
         [ -f "$D/throughput/throughput.json" ] && continue
         run $E search throughput --frontier "$D" --sizes "$THROUGHPUT_SIZES" --reference mc_sim_7b_63 \
             --dtype bfloat16 --split test -n "$THROUGHPUT_N" --threads 1 --no-progress || continue 2 ;;
+      heldout)
+        [ -f "$D/heldout_replay/frontier.json" ] && grep -q '"complete": true' "$D/heldout_replay/frontier.json" && continue
+        run $E search frontier --dataset "$TASK" --split test -n "$HELDOUT_N" --budget 4 --max-depth 4 --max-tokens 128 \
+            --dtype float32 --threads 1 --no-progress --out "$D/heldout_replay" || continue 2 ;;
       calibrate)
         [ -f "$D/calibrate/calibrate.json" ] && continue
         run $E search calibrate --bank "$D/throughput/bank_throughput.json" --frontier "$D" --dtype bfloat16 \
-            -n "$CHECK_N" --test-n "$THROUGHPUT_N" --reference none --threads 1 --no-progress || true ;;
+            -n "$CHECK_N" --test-n "$TEST_N" --reference mc_sim_7b_63 --heldout "$D/heldout_replay" --threads 1 \
+            --no-progress || true ;;
       regimes)
         [ -f "$D/regimes/regimes.json" ] && continue
         run $E search regimes --frontier "$D" --tree n16 --source replay --check-n 2 -n 100 --threads 1 \

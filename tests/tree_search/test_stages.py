@@ -118,6 +118,8 @@ def test_summary_reports_and_copies(frontier_dir, tmp_path, capsys):
     assert set(task["timing"]) >= {"frontier calibration", "throughput", "calibrate", "regimes"}
     text = (tmp_path / "docs" / "summary.md").read_text()
     assert "| mt_bench | yes | yes | yes | yes | no |" in text and "Table-1 analogue" in text
+    overview = next(line for line in text.splitlines() if line.startswith("| mt_bench | EntMTP^τ |"))
+    assert overview.split(" | ")[4] not in ("–", "")  # the held-out replay of the last calibrate run
     for name in ("frontier.md", "throughput/bank_throughput.json", "calibrate/calibrate.md", "regimes/regimes.png"):
         assert (tmp_path / "docs" / "mt_bench" / name).is_file()
     assert entmtp(["search", "summary", "--runs", str(frontier_dir), "--out", str(tmp_path / "again")]) == 0
