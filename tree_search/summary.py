@@ -30,7 +30,7 @@ from tree_search.calibrate import paired_text
 COPY = [
     "frontier.md", "frontier.png", "bank.json", "debias.md", "bank_debiased.json",
     "throughput/throughput.md", "throughput/throughput.png", "throughput/bank_throughput.json",
-    "throughput/offline.md", "calibrate/calibrate.md", "calibrate/calibrate.png", "calibrate_f32/calibrate.md",
+    "throughput/offline.md", "calibrate/calibrate.md", "calibrate/calibrate.png",
     "regimes/regimes.md", "regimes/regimes.png", "regimes/regimes.json",
 ]
 MAX_COPY_BYTES = 1_000_000
@@ -42,11 +42,11 @@ def _load(path: Path) -> dict[str, Any] | None:
 
 def scheduler_overview(tasks: Sequence[dict[str, Any]]) -> list[str]:
     """EntMTP^τ and the ladder against EntMTP*, every way they were compared: replay on the
-    calibration prompts (what chose them), replay on held-out trajectories, timed held out in
-    bfloat16 (each method on its own greedy text) and in float32 (every method on AR's tokens)."""
+    calibration prompts (what chose them), replay on held-out trajectories (every policy on the
+    same tokens, no timing noise) and timed held out (bfloat16: each method on its own greedy text)."""
     lines = ["", "### EntMTP^τ and the ladder ÷ EntMTP* (best static), every comparison", "",
-             "| task | method | policy | calibration replay | held-out replay | timed held out, bf16 | timed held out, f32 |",
-             "|---|---|---|---:|---:|---|---|"]
+             "| task | method | policy | calibration replay | held-out replay | timed held out |",
+             "|---|---|---|---:|---:|---|"]
 
     def timed(table: dict[str, Any] | None, policy: str) -> str:
         if not table:
@@ -70,7 +70,7 @@ def scheduler_overview(tasks: Sequence[dict[str, Any]]) -> list[str]:
             calib_ratio = calib[policy] / calib[static] if static in calib and policy in calib else None
             held_ratio = held[policy]["vs_static"] if policy in held else None
             lines.append(f"| {t['label']} | {title} | `{policy}` | {_f(calib_ratio, '.4f')} | {_f(held_ratio, '.4f')} | "
-                         f"{timed(c.get('table1'), policy)} | {timed(c.get('table1_float32'), policy)} |")
+                         f"{timed(c.get('table1'), policy)} |")
     if not any_row:
         return []
     lines += ["", "Replays: predicted tok/s (τ per measured step cost), the calibration prompts (100; mt_bench 34) and "
@@ -131,12 +131,10 @@ def task_summary(folder: Path) -> dict[str, Any]:
                 "tree": f"n{half}", "tau": rows[f"n{half}"]["tau"], "reference_tau": ref["tau"]},
         }
     if calibrate is not None:
-        f32 = _load(folder / "calibrate_f32" / "calibrate.json")
         out["calibrate"] = {"chosen": calibrate["chosen"], "best": calibrate["best"], "table1": calibrate.get("table1"),
                             "s_quantiles": calibrate.get("s_quantiles"), "heldout_replay": calibrate.get("heldout_replay"),
                             "calibration_replay": {r["policy"]: r["predicted_tokens_per_second"] for r in calibrate["rows"]
-                                                   if r["policy"] in calibrate["best"].values()},
-                            "table1_float32": f32.get("table1") if f32 else None}
+                                                   if r["policy"] in calibrate["best"].values()}}
     if regimes is not None:
         top = sorted((f for f in regimes["per_feature"] if f["r"] is not None), key=lambda f: -abs(f["r"]))[:5]
         out["regimes"] = {"rows": regimes["rows"], "prompts": regimes["prompts"],
