@@ -534,8 +534,9 @@ class CalibrateConfig:
     noise, and every policy on the same tokens)."""
 
 
-def _cached_offline(path: Path, bench_cfg, run, progress, log) -> dict[str, Any]:
-    """A `run_offline` result, reused from `path` when it was made with the same methods and prompts."""
+def _cached_offline(path: Path, bench_cfg, run, progress, log) -> tuple[dict[str, Any], bool]:
+    """A `run_offline` result, reused from `path` when it was made with the same methods and prompts
+    (then True); a fresh result records its wall time (`wall_s`)."""
     from dataclasses import asdict
 
     wanted = asdict(bench_cfg)
@@ -544,10 +545,12 @@ def _cached_offline(path: Path, bench_cfg, run, progress, log) -> dict[str, Any]
         old = json.loads(path.read_text(encoding="utf-8"))
         if json.loads(json.dumps(old["config"])) == json.loads(json.dumps(wanted)):
             log(f"reusing {path}")
-            return old
+            return old, True
+    started = time.perf_counter()
     result = run(bench_cfg, progress=progress, log=log)
+    result["wall_s"] = time.perf_counter() - started
     path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    return result
+    return result, False
 
 
 def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[[str], None] | None = None,
@@ -643,13 +646,16 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
         return label[r["policy"]]
 
     check = None
+    reused_runs: list[float | None] = []  # wall times of engine runs reused from the cache (None: not recorded)
     if config.num_prompts > 0:
         cfg = bench_config(settings, ["ar"] + [method_for(r) for r in check_rows], dtype=config.dtype,
                            num_prompts=config.num_prompts, split="calib", seed=None, max_tokens=config.max_tokens,
                            threads=config.threads)
         cfg.extra = {"policies": {label[r["policy"]]: r["policy"] for r in check_rows}}
         log(f"engine check: {len(check_rows)} policies + AR on {config.num_prompts} calibration prompts, {config.dtype}")
-        check = _cached_offline(out / "check_offline.json", cfg, bench, progress, log)
+        check, reused = _cached_offline(out / "check_offline.json", cfg, bench, progress, log)
+        if reused:
+            reused_runs.append(check.get("wall_s"))
         for r in rows:
             m = check["methods"].get(label.get(r["policy"], ""))
             if m is not None:
@@ -729,7 +735,9 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
                            max_tokens=config.max_tokens, threads=config.threads)
         cfg.extra = {"policies": {m: named[m] for m in methods[1:]}}
         log(f"held-out run: {len(methods)} methods on {config.test_n} test prompts, {config.dtype}")
-        test = _cached_offline(out / "test_offline.json", cfg, bench, progress, log)
+        test, reused = _cached_offline(out / "test_offline.json", cfg, bench, progress, log)
+        if reused:
+            reused_runs.append(test.get("wall_s"))
         table1 = {"num_prompts": test["num_prompts"], "machine": test["machine"], "rows": [
             {"name": named.get(m, "AR"), **method_row(m, test["methods"][m])} for m in methods]}
         static_method = method_for(best_static_sel)
@@ -767,7 +775,9 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
         "bank_trees": [t.name for t in updated.trees],
         "table1": table1,
         "heldout_replay": heldout,
-        "timing": {"features_s": features_s, "sweep_s": sweep_s, "total_s": time.perf_counter() - started},
+        "timing": {"features_s": features_s, "sweep_s": sweep_s, "total_s": time.perf_counter() - started,
+                   "reused_engine_s": sum(t for t in reused_runs if t is not None),
+                   "reused_engine_runs_untimed": sum(t is None for t in reused_runs)},
     }
     results["outputs"] = write_calibrate_outputs(results, out)
     return results
