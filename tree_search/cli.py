@@ -59,14 +59,17 @@ bank_throughput.json (measured τ and tok/s filled; policy: static on the fastes
 and writes throughput.md / .json / .png (tok/s vs size, Pareto set marked) in <frontier>/throughput."""
 
 CALIBRATE_DESCRIPTION = """\
-Calibrate the scheduler for a bank: EntMTP^τ (hysteresis on the path value s between a conservative
-and an aggressive tree: the paper's τ grid 0.001..0.05, τ_off < τ_on variants and τ at quantiles of
-the observed s) and the ladder (edges at quantiles of s). Every policy is replayed over the
-frontier's calibration trajectories (greedy: same tokens for every policy; features and accept
-lengths exact), with the per-step costs measured by `search throughput`: predicted tok/s. The best
-few are checked in the engine on --num-prompts calibration prompts, the best is written into the
-bank's `policy`, and a held-out run on --test-n test prompts compares AR, the reference tree,
-EntMTP* (best static) and EntMTP^τ (Table 1). Outputs in <frontier>/calibrate."""
+Calibrate the scheduler for a bank: EntMTP^τ (hysteresis between a conservative and an aggressive
+tree, on the path value s: the paper's τ grid 0.001..0.05, τ_off < τ_on variants and τ at quantiles
+of s; and on head 1's top-1 probability head_top1_1 and the accept-length history, at their
+quantiles) and the ladder (edges at quantiles of s and of head_top1_1). Every policy is replayed
+over the frontier's calibration trajectories (greedy: same tokens for every policy; features and
+accept lengths exact), with the per-step costs measured by `search throughput`: predicted tok/s.
+The best few are checked in the engine on --num-prompts calibration prompts, the best is written
+into the bank's `policy`, and a held-out run on --test-n test prompts compares AR, the reference
+tree, EntMTP* (best static), EntMTP^τ and the ladder (Table 1; each paired with EntMTP* prompt by
+prompt). --heldout FRONTIER also replays the chosen policies over another split's trajectories.
+Outputs in <frontier>/calibrate."""
 
 REGIMES_DESCRIPTION = """\
 Run one static tree in the reference engine on the frontier's calibration prompts (greedy), log
