@@ -42,6 +42,25 @@ def medusa_trees(medusa_trees_file: Path) -> dict[str, list[list[int]]]:
     return json.loads(medusa_trees_file.read_text())["trees"]
 
 
+@pytest.fixture
+def head_calls(monkeypatch):
+    """`head_calls(heads_class) -> list`: from then on, the depth of every `head_logits` call of
+    that heads class is appended to the returned list (the real call still runs)."""
+
+    def watch(heads_class: type) -> list[int]:
+        calls: list[int] = []
+        real = heads_class.head_logits
+
+        def counted(self, depth, *args, **kwargs):
+            calls.append(depth)
+            return real(self, depth, *args, **kwargs)
+
+        monkeypatch.setattr(heads_class, "head_logits", counted)
+        return calls
+
+    return watch
+
+
 from _tree_strategies import prefix_closed_choices  # noqa: E402  (a name no other test folder uses)
 
 st.register_type_strategy(Tree, prefix_closed_choices().map(Tree.from_choices))

@@ -534,9 +534,10 @@ class CalibrateConfig:
     noise, and every policy on the same tokens)."""
 
 
-def _cached_offline(path: Path, bench_cfg, run, progress, log) -> tuple[dict[str, Any], bool]:
+def _cached_offline(path: Path, bench_cfg, run, progress, log, reused: list[float | None]) -> dict[str, Any]:
     """A `run_offline` result, reused from `path` when it was made with the same methods and prompts
-    (then True); a fresh result records its wall time (`wall_s`)."""
+    (then its recorded wall time, or None, is appended to `reused`); a fresh result records its wall
+    time (`wall_s`)."""
     from dataclasses import asdict
 
     wanted = asdict(bench_cfg)
@@ -545,12 +546,13 @@ def _cached_offline(path: Path, bench_cfg, run, progress, log) -> tuple[dict[str
         old = json.loads(path.read_text(encoding="utf-8"))
         if json.loads(json.dumps(old["config"])) == json.loads(json.dumps(wanted)):
             log(f"reusing {path}")
-            return old, True
+            reused.append(old.get("wall_s"))
+            return old
     started = time.perf_counter()
     result = run(bench_cfg, progress=progress, log=log)
     result["wall_s"] = time.perf_counter() - started
     path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    return result, False
+    return result
 
 
 def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[[str], None] | None = None,
@@ -653,9 +655,7 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
                            threads=config.threads)
         cfg.extra = {"policies": {label[r["policy"]]: r["policy"] for r in check_rows}}
         log(f"engine check: {len(check_rows)} policies + AR on {config.num_prompts} calibration prompts, {config.dtype}")
-        check, reused = _cached_offline(out / "check_offline.json", cfg, bench, progress, log)
-        if reused:
-            reused_runs.append(check.get("wall_s"))
+        check = _cached_offline(out / "check_offline.json", cfg, bench, progress, log, reused_runs)
         for r in rows:
             m = check["methods"].get(label.get(r["policy"], ""))
             if m is not None:
@@ -671,6 +671,9 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
     best_hyst_sel = max((r for r in rows if r["family"].partition("@")[0] == "hysteresis" and r.get(key) is not None),
                         key=lambda r: r[key], default=best_paper)
     best_static_sel = best_of(rows, "static", key) or best_static
+    # the policies held out against each other (replay and Table 1), EntMTP* first
+    compared = [("EntMTP* (best static)", best_static_sel), ("EntMTP^τ (hysteresis)", best_hyst_sel),
+                ("EntMTP^τ on the path value s (the paper's feature)", best_paper), ("EntMTP-l (ladder)", best_ladder)]
 
     # 4. the chosen policy into the bank
     summary = {k: chosen[k] for k in ("policy", "family", "source", "tau", "predicted_tokens_per_second")}
@@ -696,10 +699,8 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
                               f"(e.g. {sorted(overlap)[0]}): use another split (--split test)")
         held_features = build_features(held, resources.load, out / "heldout_features.jsonl",
                                        feature_settings(held_folder, held_settings, held), progress)
-        picked = {"EntMTP* (best static)": best_static_sel, "EntMTP^τ (hysteresis)": best_hyst_sel,
-                  "EntMTP^τ on the path value s": best_paper, "EntMTP-l (ladder)": best_ladder, "chosen": chosen}
         held_rows, seen = [], set()
-        for title, r in picked.items():
+        for title, r in compared + [("chosen", chosen)]:
             if r is None or r["policy"] in seen:
                 continue
             seen.add(r["policy"])
@@ -725,9 +726,7 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
             cand = throughput["outputs"].get("candidates")
             methods.append(f"tree:{cand}#{reference}")
             named[methods[-1]] = f"{reference} (published)"
-        for title, r in (("EntMTP* (best static)", best_static_sel), ("EntMTP^τ (hysteresis)", best_hyst_sel),
-                         ("EntMTP^τ on the path value s (the paper's feature)", best_paper),
-                         ("EntMTP-l (ladder)", best_ladder)):
+        for title, r in compared:
             if r is not None and method_for(r) not in methods:
                 methods.append(method_for(r))
                 named[methods[-1]] = f"{title}: {r['policy']}"
@@ -735,9 +734,7 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
                            max_tokens=config.max_tokens, threads=config.threads)
         cfg.extra = {"policies": {m: named[m] for m in methods[1:]}}
         log(f"held-out run: {len(methods)} methods on {config.test_n} test prompts, {config.dtype}")
-        test, reused = _cached_offline(out / "test_offline.json", cfg, bench, progress, log)
-        if reused:
-            reused_runs.append(test.get("wall_s"))
+        test = _cached_offline(out / "test_offline.json", cfg, bench, progress, log, reused_runs)
         table1 = {"num_prompts": test["num_prompts"], "machine": test["machine"], "rows": [
             {"name": named.get(m, "AR"), **method_row(m, test["methods"][m])} for m in methods]}
         static_method = method_for(best_static_sel)

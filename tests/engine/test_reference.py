@@ -276,7 +276,7 @@ def test_random_heads_greedy_tree_equals_ar(tiny_model, make_drafter):
             assert static.token_ids == ar.token_ids
 
 
-def test_head_features_only_log_and_cost_head_calls(tiny_model, monkeypatch):
+def test_head_features_only_log_and_cost_head_calls(tiny_model, head_calls):
     """Without head_features the engine skips the heads' top-1 chain: the same tokens, trees
     and accept lengths (no policy reads the chain), no head_top1 in the records, and fewer
     head calls when a step's tree is shallower than the bank's deepest."""
@@ -286,14 +286,7 @@ def test_head_features_only_log_and_cost_head_calls(tiny_model, monkeypatch):
     tau = sorted(r.features["path_value"] for r in probe.steps)[len(probe.steps) // 2]  # switches often
     policy = make_policy({"kind": "hysteresis", "conservative": "chain:3", "aggressive": "sparse",
                           "tau_on": tau, "tau_off": tau}, bank)
-    calls = []
-    real = type(drafter.heads).head_logits
-
-    def counted(self, depth, *args, **kwargs):
-        calls.append(depth)
-        return real(self, depth, *args, **kwargs)
-
-    monkeypatch.setattr(type(drafter.heads), "head_logits", counted)
+    calls = head_calls(type(drafter.heads))
     runs = {}
     for logged in (True, False):
         calls.clear()
@@ -312,7 +305,7 @@ def test_head_features_only_log_and_cost_head_calls(tiny_model, monkeypatch):
     assert plain_calls < logged_calls  # chain:3 steps no longer run head 4
 
 
-def test_head_feature_policy_chooses_on_head_one_at_no_extra_head_call(tiny_model, monkeypatch):
+def test_head_feature_policy_chooses_on_head_one_at_no_extra_head_call(tiny_model, head_calls):
     """hysteresis@head_top1_1: the engine computes head 1's top-1 probability before choosing
     (and only head 1's), the choice follows it, greedy output stays AR's, and head 1 still runs
     once per step (the chain's call is the draft's)."""
@@ -322,14 +315,7 @@ def test_head_feature_policy_chooses_on_head_one_at_no_extra_head_call(tiny_mode
     tau = sorted(r.features["head_top1_1"] for r in probe.steps)[len(probe.steps) // 2]
     policy = make_policy({"kind": "hysteresis", "conservative": "chain:3", "aggressive": "sparse", "tau_on": tau,
                           "tau_off": tau, "feature": "head_top1_1"}, bank)
-    calls = []
-    real = type(drafter.heads).head_logits
-
-    def counted(self, depth, *args, **kwargs):
-        calls.append(depth)
-        return real(self, depth, *args, **kwargs)
-
-    monkeypatch.setattr(type(drafter.heads), "head_logits", counted)
+    calls = head_calls(type(drafter.heads))
     engine = ReferenceEngine(tiny_model, None, drafter, bank, policy)
     used = set()
     for prompt in PROMPTS:

@@ -126,7 +126,7 @@ def test_fallback_drafts_only_long_matches_cut_and_within_the_budget(tmp_path):
     assert drafts == [[32, 33, 34, 35, 36], [22, 23, 24, 25, 5]]
 
 
-def test_head_feature_policy_reads_head_one_and_skips_it_under_the_fallback(tmp_path, monkeypatch):
+def test_head_feature_policy_reads_head_one_and_skips_it_under_the_fallback(tmp_path, head_calls):
     """hysteresis@head_top1_1 chooses on head 1's top-1 probability at each request's root; under
     the batch fallback (here a lookup-only tree) it does not choose, so no head runs at all."""
     bank = tmp_path / "bank.json"
@@ -140,9 +140,7 @@ def test_head_feature_policy_reads_head_one_and_skips_it_under_the_fallback(tmp_
                           "batch_fallback": {"max_batch": 2, "tree": "loop"}})
     drafts = proposer.propose_trees(requests, batch_size=2)
     assert [len(d) for d in drafts] == [3 if p > tau else 1 for p in p1]
-    calls = []
-    real = HydraHeads.head_logits
-    monkeypatch.setattr(HydraHeads, "head_logits", lambda self, *a, **k: calls.append(a[0]) or real(self, *a, **k))
+    calls = head_calls(HydraHeads)
     switches = proposer.stats.switches
     drafts = proposer.propose_trees(requests + [_request("c")], batch_size=3)  # above max_batch
     assert drafts == [[], [], []] and calls == [] and proposer.stats.switches == switches
