@@ -573,6 +573,18 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
     folder = Path(config.frontier)
     settings, _ = read_frontier(folder)
     calibration = load_calibration(folder / CALIBRATION_LOG)
+    held = None  # --heldout: checked now, replayed after the sweep
+    if config.heldout:
+        held_folder = Path(config.heldout)
+        held_settings, _ = read_frontier(held_folder)
+        if settings_difference({k: settings.get(k) for k in ("model", "heads", "dtype")},
+                               {k: held_settings.get(k) for k in ("model", "heads", "dtype")}):
+            raise EntMTPError(f"--heldout {held_folder} was made with another model, heads or dtype than {folder}")
+        held = load_calibration(held_folder / CALIBRATION_LOG)
+        overlap = {t.id for t in held.trajectories} & {t.id for t in calibration.trajectories}
+        if overlap:
+            raise EntMTPError(f"--heldout {held_folder} shares {len(overlap)} prompts with the calibration "
+                              f"(e.g. {sorted(overlap)[0]}): use another split (--split test)")
     throughput_path = Path(config.throughput or bank.metadata.get("throughput") or bank_path.parent / "throughput.json")
     if not throughput_path.is_file():
         raise EntMTPError(f"no throughput results at {throughput_path}: run `entmtp search throughput` first "
@@ -686,17 +698,7 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
 
     # 5. held-out replay: the policies chosen above, over another folder's trajectories
     heldout = None
-    if config.heldout:
-        held_folder = Path(config.heldout)
-        held_settings, _ = read_frontier(held_folder)
-        if settings_difference({k: settings.get(k) for k in ("model", "heads", "dtype")},
-                               {k: held_settings.get(k) for k in ("model", "heads", "dtype")}):
-            raise EntMTPError(f"--heldout {held_folder} was made with another model, heads or dtype than {folder}")
-        held = load_calibration(held_folder / CALIBRATION_LOG)
-        overlap = {t.id for t in held.trajectories} & {t.id for t in calibration.trajectories}
-        if overlap:
-            raise EntMTPError(f"--heldout {held_folder} shares {len(overlap)} prompts with the calibration "
-                              f"(e.g. {sorted(overlap)[0]}): use another split (--split test)")
+    if held is not None:
         held_features = build_features(held, resources.load, out / "heldout_features.jsonl",
                                        feature_settings(held_folder, held_settings, held), progress)
         held_rows, seen = [], set()
