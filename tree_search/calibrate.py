@@ -57,6 +57,7 @@ import torch
 
 from entmtp_vllm.acceptance import longest_path
 from entmtp_vllm.bank_file import BankFile, load_bank, save_bank
+from entmtp_vllm.bench.paired import paired_speed, paired_text
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.features import FeatureTracker, entropy
 from entmtp_vllm.lookup import LookupConfig, LookupMatch, LookupStats, PromptLookup
@@ -461,25 +462,6 @@ def best_of(rows: Sequence[dict[str, Any]], family: str, key: str = "predicted_t
     return max(candidates, key=lambda r: r[key]) if candidates else None
 
 
-def paired_speed(method: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
-    """`method`'s speed relative to `baseline`, two methods of one `run_offline` result (the same
-    prompts, taking turns): the ratio of their tok/s over all prompts (> 1: faster), and the
-    per-prompt tok/s ratios' mean with its 95% interval (normal approximation), i.e. how much of a
-    difference the spread over prompts leaves room for. Rates, not times: in bfloat16 two tree
-    shapes may end a prompt's greedy output at different lengths."""
-    base = {r["id"]: r for r in baseline["prompts"]}
-    pairs = [(base[r["id"]], r) for r in method["prompts"] if r["id"] in base and r["time_s"] > 0
-             and base[r["id"]]["time_s"] > 0]
-    if not pairs:
-        raise EntMTPError("paired_speed: the two methods share no timed prompt")
-    ratios = [(m["num_tokens"] / m["time_s"]) / (b["num_tokens"] / b["time_s"]) for b, m in pairs]
-    mean = sum(ratios) / len(ratios)
-    spread = (sum((r - mean) ** 2 for r in ratios) / (len(ratios) - 1)) ** 0.5 if len(ratios) > 1 else float("nan")
-    rate = lambda side: sum(p[side]["num_tokens"] for p in pairs) / sum(p[side]["time_s"] for p in pairs)  # noqa: E731
-    return {"ratio": rate(1) / rate(0), "per_prompt_mean": mean,
-            "per_prompt_ci95": 1.96 * spread / len(ratios) ** 0.5, "prompts": len(ratios)}
-
-
 def write_policy(bank_path: Path, policy: dict[str, Any], extra_trees: Sequence[dict[str, Any]],
                  metadata: dict[str, Any], base: Sequence[str] | None = None) -> BankFile:
     """Put `policy` into the bank file, with the trees it needs that the bank lacks (`extra_trees`,
@@ -789,13 +771,6 @@ def _num(value: float | None, form: str = ".3f") -> str:
     return "–" if value is None else format(value, form)
 
 
-def paired_text(vs: dict[str, Any] | None) -> str:
-    """`paired_speed` as table text."""
-    if not vs:
-        return "–"
-    return f"{vs['ratio']:.3f} ({vs['per_prompt_mean']:.3f} ± {vs['per_prompt_ci95']:.3f})"
-
-
 def calibrate_markdown(results: dict[str, Any], top: int = 15) -> str:
     s = results["settings"]
     rows = results["rows"]
@@ -849,13 +824,13 @@ def calibrate_markdown(results: dict[str, Any], top: int = 15) -> str:
     if t1:
         lines += ["", f"## Held-out (Table-1 analogue): {t1['num_prompts']} test prompts, {t1['machine']['dtype']}, "
                   f"{t1['machine']['threads']} thread(s)", "",
-                  "| method | tok/s | ρ | τ | nodes/step | × EntMTP* (per-prompt mean ± 95%) |",
+                  "| method | tok/s | ρ | τ | nodes/step | × EntMTP* [95%] |",
                   "|---|---:|---:|---:|---:|---|"]
         for r in t1["rows"]:
             lines.append(f"| {r['name']} | {r['tokens_per_second']:.2f} | {r['speedup']:.3f} | {r['tau']:.3f} | "
                          f"{r['mean_nodes']:.1f} | {paired_text(r.get('vs_static'))} |")
-        lines += ["", "× EntMTP*: tok/s ratio to the best static tree over the same prompts (> 1: faster), then the "
-                  "mean of the per-prompt tok/s ratios and its 95% interval over prompts."]
+        lines += ["", "× EntMTP*: tok/s ratio to the best static tree over the same prompts (> 1: faster), with its "
+                  "95% interval from resampling the prompts (bootstrap)."]
     lines += ["", f"Wall time {results['timing']['total_s']:.0f} s (features {results['timing']['features_s']:.0f} s, "
               f"replay sweep {results['timing']['sweep_s']:.1f} s)."]
     return "\n".join(lines) + "\n"

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from entmtp_vllm.bench.paired import paired_text
 from entmtp_vllm.tree import Tree
-from tree_search.calibrate import paired_text
 
 COPY = [
     "frontier.md", "frontier.png", "bank.json", "debias.md", "bank_debiased.json",
@@ -75,8 +75,8 @@ def scheduler_overview(tasks: Sequence[dict[str, Any]]) -> list[str]:
     if not any_row:
         return []
     lines += ["", "Replays: predicted tok/s (τ per measured step cost), the calibration prompts (100; mt_bench 34) and "
-              "held-out test prompts (`--heldout`). Timed: tok/s ratio over the test prompts, then the per-prompt mean "
-              "± 95%."]
+              "held-out test prompts (`--heldout`). Timed: tok/s ratio over the test prompts, with its 95% interval "
+              "from resampling the prompts (bootstrap)."]
     return lines
 
 
@@ -215,7 +215,7 @@ def summary_markdown(tasks: Sequence[dict[str, Any]]) -> str:
             continue
         t1 = c["table1"]
         lines += [f"**{t['label']}** — {t1['num_prompts']} test prompts, {t1['machine']['dtype']}; chosen policy "
-                  f"`{c['chosen']['policy']}`.", "", "| method | tok/s | ρ | τ | × EntMTP* (per-prompt mean ± 95%) |",
+                  f"`{c['chosen']['policy']}`.", "", "| method | tok/s | ρ | τ | × EntMTP* [95%] |",
                   "|---|---:|---:|---:|---|"]
         for r in t1["rows"]:
             lines.append(f"| {r['name']} | {r['tokens_per_second']:.2f} | {r['speedup']:.3f} | {r['tau']:.3f} | "

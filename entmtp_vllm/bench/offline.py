@@ -9,7 +9,9 @@ generation includes its prefill (the paper's protocol). Reported per method:
 - rho = tok/s over AR's tok/s in the same run (AR is always run, first),
 - tau = mean accept length (tokens emitted per decode step, over all steps),
 - mean tree nodes verified per step,
-- with `check_equal` (greedy only): prompts whose tokens differ from AR's.
+- with `check_equal` (greedy only): prompts whose tokens differ from AR's,
+- × baseline (AR unless `baseline` names another method): the tok/s ratio over the same
+  prompts with its 95% bootstrap interval (`bench.paired`).
 
 `run_offline` returns a JSON-ready dict; `markdown_report` and `write_report` render it.
 """
@@ -26,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from entmtp_vllm.bench.paired import paired_speed, paired_text
 from entmtp_vllm.errors import EntMTPError
 
 METHOD_FORMS = "ar, tree:SPEC[#NAME], bank:FILE[:POLICY], medusa:SPEC[#NAME]"
@@ -108,7 +111,22 @@ class OfflineBenchConfig:
     medusa_heads: str | None = None
     check_equal: bool = False
     raw: bool = False
+    baseline: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def resolve_baseline(methods: list[MethodSpec], value: str | None) -> str:
+    """The label of the method the others are paired with: `value` is a label as given in
+    --methods or a 1-based position in `methods` (AR is 1); None = AR."""
+    labels = [m.label for m in methods]
+    if value is None:
+        return labels[0]
+    if value in labels:
+        return value
+    if value.isdigit() and 1 <= int(value) <= len(labels):
+        return labels[int(value) - 1]
+    listed = ", ".join(f"{i} = {label}" for i, label in enumerate(labels, 1))
+    raise EntMTPError(f"--baseline {value!r} is neither a method nor a position; the methods are: {listed}")
 
 
 def machine_info(threads: int, dtype: str) -> dict[str, Any]:
@@ -187,6 +205,7 @@ def run_offline(config: OfflineBenchConfig, progress: bool = True, log=print) ->
         raise EntMTPError("--check-equal compares greedy outputs: use --temperature 0")
     if config.max_tokens < 1:
         raise EntMTPError(f"--max-tokens must be at least 1 (got {config.max_tokens})")
+    baseline = resolve_baseline(config.methods, config.baseline)
     torch.set_num_threads(config.threads)
 
     prompts = []
@@ -255,8 +274,10 @@ def run_offline(config: OfflineBenchConfig, progress: bool = True, log=print) ->
     methods_out = {label: _summarise(by_label[label], rows[label]) for label in labels}
 
     ar_tps = methods_out[config.methods[0].label]["tokens_per_second"]
-    for summary in methods_out.values():
+    for label, summary in methods_out.items():
         summary["speedup"] = summary["tokens_per_second"] / ar_tps if ar_tps > 0 else None
+        if label != baseline:
+            summary["vs_baseline"] = paired_speed(summary, methods_out[baseline])
 
     mismatches = []
     if config.check_equal:
@@ -280,6 +301,7 @@ def run_offline(config: OfflineBenchConfig, progress: bool = True, log=print) ->
         "config": config_out,
         "machine": machine_info(config.threads, config.dtype),
         "num_prompts": len(prompts),
+        "baseline": baseline,
         "methods": methods_out,
         "check_equal": {"checked": config.check_equal, "mismatches": mismatches} if config.check_equal else None,
     }
@@ -317,17 +339,22 @@ def markdown_report(results: dict[str, Any]) -> str:
         f"{cfg['max_tokens']} new tokens, {machine['dtype']}, {machine['threads']} thread(s), "
         f"T={cfg['temperature']}, acceptance {cfg['acceptance']}; {machine['cpu']}; {machine['date']}",
         "",
-        "| method | tok/s | ρ vs AR | τ (mean accept length) | nodes/step | tokens | time (s)"
+        "| method | tok/s | ρ vs AR | × baseline [95%] | τ (mean accept length) | nodes/step | tokens | time (s)"
         + (" | mismatches |" if check else " |"),
-        "|---|---:|---:|---:|---:|---:|---:" + ("|---:|" if check else "|"),
+        "|---|---:|---:|---:|---:|---:|---:|---:" + ("|---:|" if check else "|"),
     ]
+    baseline = results.get("baseline")
     for label, m in results["methods"].items():
+        paired = "baseline" if label == baseline else paired_text(m.get("vs_baseline"))
         row = (
-            f"| `{label}` | {m['tokens_per_second']:.2f} | {m['speedup']:.3f} | {m['mean_accept_length']:.3f} | "
-            f"{m['mean_nodes']:.1f} | {m['tokens']} | {m['time_s']:.1f}"
+            f"| `{label}` | {m['tokens_per_second']:.2f} | {m['speedup']:.3f} | {paired} | "
+            f"{m['mean_accept_length']:.3f} | {m['mean_nodes']:.1f} | {m['tokens']} | {m['time_s']:.1f}"
         )
         row += f" | {m.get('mismatches', 0)} |" if check else " |"
         lines.append(row)
+    if baseline is not None:
+        lines += ["", f"× baseline: tok/s over `{baseline}`'s on the same prompts (> 1: faster), with a 95% interval "
+                  "from resampling the prompts (bootstrap)."]
     if check:
         bad = check["mismatches"]
         lines.append("")

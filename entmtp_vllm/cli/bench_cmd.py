@@ -38,6 +38,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_decoding_args(offline, seed_flag="--sampling-seed")
     offline.add_argument("--raw", action="store_true", help="feed prompts without the chat template")
     offline.add_argument("--check-equal", action="store_true", help="greedy: every method must reproduce AR's tokens")
+    offline.add_argument(
+        "--baseline",
+        metavar="METHOD",
+        help="pair every other method with this one prompt by prompt: the tok/s ratio with a 95%% interval from "
+        "resampling the prompts. A method as written in --methods, or its position (1 = AR, which always runs "
+        "first) (default: AR)",
+    )
     offline.add_argument("--out", help="folder for offline.json / offline.md / offline.png")
     offline.add_argument("--no-progress", action="store_true", help="no progress bars")
     offline.set_defaults(func=run_offline_cmd)
@@ -205,6 +212,7 @@ def run_offline_cmd(args: argparse.Namespace) -> int:
         check_equal=args.check_equal,
         raw=args.raw,
         sampling_seed=args.sampling_seed,
+        baseline=args.baseline,
     )
     results = run_offline(config, progress=not args.no_progress)
     print(markdown_report(results), end="")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from entmtp_vllm.bench.offline import MethodSpec, markdown_report, parse_methods, write_report
+from entmtp_vllm.bench.offline import MethodSpec, markdown_report, parse_methods, resolve_baseline, write_report
 from entmtp_vllm.errors import EntMTPError
 
 
@@ -30,6 +30,15 @@ def test_parse_methods_rejects_bad_forms(text):
         parse_methods(text)
 
 
+def test_resolve_baseline_by_label_or_position():
+    methods = parse_methods("bank:b.json:static:n4,bank:b.json")
+    assert resolve_baseline(methods, None) == "ar"
+    assert resolve_baseline(methods, "2") == resolve_baseline(methods, "bank:b.json:static:n4") == "bank:b.json:static:n4"
+    for bad in ("4", "0", "bank:c.json"):
+        with pytest.raises(EntMTPError, match="1 = ar, 2 = bank:b.json:static:n4, 3 = bank:b.json"):
+            resolve_baseline(methods, bad)
+
+
 def _results(mismatches):
     method = lambda tps, tau, nodes: {"tokens_per_second": tps, "speedup": tps / 10.0, "mean_accept_length": tau,
                                       "mean_nodes": nodes, "tokens": 100, "time_s": 100 / tps, "mismatches": len(mismatches)}
@@ -37,14 +46,17 @@ def _results(mismatches):
         "config": {"datasets": ["mt_bench"], "max_tokens": 32, "temperature": 0.0, "acceptance": "typical"},
         "machine": {"dtype": "bfloat16", "threads": 1, "cpu": "test cpu", "date": "2026-01-01T00:00:00+00:00"},
         "num_prompts": 2,
-        "methods": {"ar": method(10.0, 1.0, 1.0), "tree:chain:2": method(12.5, 1.6, 3.0)},
+        "baseline": "ar",
+        "methods": {"ar": method(10.0, 1.0, 1.0), "tree:chain:2": {
+            **method(12.5, 1.6, 3.0), "vs_baseline": {"ratio": 1.25, "ratio_ci95": [1.1, 1.4]}}},
         "check_equal": {"checked": True, "mismatches": mismatches},
     }
 
 
 def test_markdown_report_lists_methods_and_mismatches(tmp_path):
     clean = markdown_report(_results([]))
-    assert "| `tree:chain:2` | 12.50 | 1.250 | 1.600 | 3.0 |" in clean
+    assert "| `tree:chain:2` | 12.50 | 1.250 | 1.250 [1.100, 1.400] | 1.600 | 3.0 |" in clean
+    assert "| `ar` | 10.00 | 1.000 | baseline |" in clean and "over `ar`'s on the same prompts" in clean
     assert "equal AR's on every prompt" in clean
     bad = markdown_report(_results([{"method": "tree:chain:2", "id": "81", "dataset": "mt_bench", "first_difference": 7}]))
     assert "1 prompt(s) differ from AR" in bad and "first difference at token 7" in bad

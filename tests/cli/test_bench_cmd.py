@@ -31,6 +31,7 @@ def test_bench_offline_end_to_end(tiny, tmp_path, capsys):
         "bench", "offline", "--dataset", "mt_bench,humaneval", "-n", "2", "--max-tokens", "6", "--model", str(model),
         "--methods", "tree:full:2,1,bank:" + str(bank), "--methods", "medusa:chain:3",
         "--heads", str(hydra), "--medusa-heads", str(medusa), "--check-equal", "--out", str(out), "--no-progress",
+        "--baseline", "2",
     ]
     assert main(argv) == 0, capsys.readouterr().err
     table = capsys.readouterr().out
@@ -44,6 +45,14 @@ def test_bench_offline_end_to_end(tiny, tmp_path, capsys):
         assert summary["tokens_per_second"] > 0 and summary["speedup"] > 0
         assert summary["mean_nodes"] == (1.0 if label == "ar" else summary["mean_nodes"])
     assert results["methods"]["ar"]["speedup"] == 1.0
+    # --baseline 2: every other method paired with the static tree over the same 4 prompts
+    assert results["baseline"] == "tree:full:2,1" and "vs_baseline" not in results["methods"]["tree:full:2,1"]
+    for label in ("ar", f"bank:{bank}", "medusa:chain:3"):
+        vs = results["methods"][label]["vs_baseline"]
+        tps = results["methods"][label]["tokens_per_second"] / results["methods"]["tree:full:2,1"]["tokens_per_second"]
+        assert vs["prompts"] == 4 and vs["ratio"] == pytest.approx(tps)
+        assert vs["ratio_ci95"][0] <= vs["ratio"] <= vs["ratio_ci95"][1]
+    assert "| `tree:full:2,1` |" in table and "| baseline |" in table
     assert results["methods"]["tree:full:2,1"]["mean_nodes"] == 5.0
     assert (out / "offline.md").read_text().startswith("Offline benchmark")
     assert (out / "offline.png").stat().st_size > 1000
@@ -60,3 +69,10 @@ def test_bench_offline_check_equal_needs_greedy(tiny, capsys):
 def test_bench_offline_bad_method_exits_2(capsys):
     assert main(["bench", "offline", "--dataset", "mt_bench", "--methods", "beam:4"]) == 2
     assert "invalid method 'beam:4'" in capsys.readouterr().err
+
+
+def test_bench_offline_unknown_baseline_exits_2_before_loading(capsys):
+    assert main(["bench", "offline", "--dataset", "mt_bench", "--model", "/nonexistent", "--methods", "ar",
+                 "--baseline", "tree:chain:2"]) == 2
+    err = capsys.readouterr().err
+    assert "--baseline 'tree:chain:2' is neither a method nor a position" in err and "1 = ar" in err

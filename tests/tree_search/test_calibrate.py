@@ -23,7 +23,6 @@ from tree_search.calibrate import (
     policy_string,
     quantile,
     replay,
-    paired_speed,
     sweep,
     write_policy,
 )
@@ -215,21 +214,3 @@ def test_hybrid_replay_equals_the_engine_step_by_step(tiny, tmp_path):
             assert replayed.switches > 0  # not a vacuous check: the lookup feature moves the policy
     static = replay({"kind": "static", "tree": "loop"}, HYBRID_TREES, calibration, features)
     assert static.tau > replay({"kind": "static", "tree": "hydra"}, HYBRID_TREES, calibration, features).tau
-
-
-def test_paired_speed_pairs_prompts_by_id():
-    """Per-prompt tok/s ratios (matched by id, in any order; a prompt may end at another length):
-    the ratio over all prompts, the per-prompt mean and a 95% interval that vanishes with agreement."""
-    def run(*rows):
-        return {"prompts": [{"id": i, "num_tokens": n, "time_s": t} for i, n, t in rows]}
-
-    baseline = run(("a", 10, 2.0), ("b", 10, 4.0), ("c", 12, 3.0))
-    method = run(("c", 12, 3.0), ("a", 10, 1.0), ("b", 20, 8.0))
-    vs = paired_speed(method, baseline)
-    assert vs["prompts"] == 3 and vs["ratio"] == pytest.approx((42 / 12) / (32 / 9))
-    assert vs["per_prompt_mean"] == pytest.approx((1 + 2 + 1) / 3)
-    assert vs["per_prompt_ci95"] == pytest.approx(1.96 * (1 / 3) ** 0.5 / 3 ** 0.5)
-    same = paired_speed(baseline, baseline)
-    assert same["ratio"] == same["per_prompt_mean"] == 1.0 and same["per_prompt_ci95"] == 0.0
-    with pytest.raises(EntMTPError, match="no timed prompt"):
-        paired_speed(run(("z", 1, 1.0)), baseline)
