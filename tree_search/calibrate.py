@@ -14,8 +14,11 @@ them). So, per calibration prompt of the frontier (its `calibration.jsonl`):
    tree's accept length at that position comes from the oracle rank path (as in the frontier's
    `RankScorer`), and the walk moves on. This is exactly the engine's greedy run at the
    frontier's dtype (a test checks it against `ReferenceEngine` records);
-3. cost: per-tree decode-step time and prefill time per prompt token, measured end to end by
-   `entmtp search throughput` (its throughput.json); predicted tok/s = tokens / (prefill +
+3. cost: per-tree decode-step time and prefill time per prompt token, measured by the step-cost
+   probe (`step_costs`: one engine run over `--cost-prompts` calibration prompts that draws a random
+   tree at every step, so that every tree is timed under the same load and context lengths; the
+   trees of a bank differ by a few ms per step, about what separately timed runs drift by), or with
+   `--cost-prompts 0` from `entmtp search throughput`'s runs; predicted tok/s = tokens / (prefill +
    Σ steps × step time of the tree chosen). This is τ per cost, with the costs measured.
 
 The policy with the best predicted tok/s over all calibration prompts is chosen (timing noise on
@@ -65,6 +68,7 @@ from entmtp_vllm.policies import make_policy, validate_policy_config
 from entmtp_vllm.tree import LOOKUP, Tree
 
 from tree_search.report import write_stage_outputs
+from tree_search.step_costs import STEP_COSTS_FILE, probe_step_costs
 from tree_search.scoring import accepted_branches, correct_copies, lookup_proposals
 from tree_search.calibration import (
     Calibration,
@@ -510,6 +514,9 @@ class CalibrateConfig:
     candidates: str = "timed"
     """bank: the bank's trees only; timed: also every frontier tree the throughput run timed (a tree
     that is not throughput-Pareto as a static tree can still pay off as the aggressive one)."""
+    cost_prompts: int = 8
+    """Calibration prompts of the step-cost probe (`step_costs`: one engine run drawing a random tree
+    per step); 0: take the step costs from the throughput run instead."""
     heldout: str | None = None
     """A frontier folder over other prompts (e.g. `entmtp search frontier --split test`): the best
     policies, chosen here, are also replayed over its trajectories (held-out replay: no timing
@@ -537,6 +544,30 @@ def _cached_offline(path: Path, bench_cfg, run, progress, log, reused: list[floa
     return result
 
 
+def _cached_probe(path: Path, probe_cfg, trees: Sequence[tuple[str, Tree]], progress, log,
+                  reused: list[float | None]) -> dict[str, Any]:
+    """`probe_step_costs` of `trees`, reused from `path` when made with the same trees and settings."""
+    from dataclasses import asdict
+
+    wanted = json.loads(json.dumps({"bench": asdict(probe_cfg) | {"methods": []},
+                                    "trees": {name: tree.choices for name, tree in trees}}))
+    if path.is_file():
+        old = json.loads(path.read_text(encoding="utf-8"))
+        if old.get("config") == wanted:
+            log(f"reusing {path}")
+            reused.append(old.get("wall_s"))
+            return old
+    result = probe_step_costs(probe_cfg, trees, progress=progress, log=log) | {"config": wanted}
+    path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    return result
+
+
+def cost_model_from_probe(step_costs: dict[str, Any]) -> CostModel:
+    """Step times per tree and the prefill time per prompt token from a `probe_step_costs` result."""
+    return CostModel({name: row["step_ms"] / 1000.0 for name, row in step_costs["trees"].items()},
+                     step_costs["prefill_ms_per_token"] / 1000.0, STEP_COSTS_FILE)
+
+
 def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[[str], None] | None = None,
                   resources=None, bench: Callable[..., dict[str, Any]] | None = None) -> dict[str, Any]:
     from entmtp_vllm.bench.offline import run_offline
@@ -548,6 +579,8 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     bench = bench or run_offline
     started = time.perf_counter()
+    if config.cost_prompts < 0:
+        raise EntMTPError(f"--cost-prompts must be 0 or more (got {config.cost_prompts})")
     if config.select not in ("predicted", "measured"):
         raise EntMTPError(f"--select must be predicted or measured (got {config.select!r})")
     bank_path = Path(config.bank)
@@ -592,7 +625,15 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
         trees += [(name, Tree.from_choices(e["choices"])) for name, e in timed_entries.items()]
         log(f"sweep trees: bank {base} + timed frontier trees {list(timed_entries)}")
     pool_entries = {t.name: t.model_dump(mode="json") for t in base_entries} | timed_entries
-    costs = cost_model_from_throughput(throughput, trees)
+    reused_runs: list[float | None] = []  # wall times of engine runs reused from the cache (None: not recorded)
+    step_costs = None
+    if config.cost_prompts > 0:
+        probe_cfg = bench_config(settings, ["ar"], dtype=config.dtype, num_prompts=config.cost_prompts, split="calib",
+                                 seed=None, max_tokens=config.max_tokens, threads=config.threads)
+        step_costs = _cached_probe(out / STEP_COSTS_FILE, probe_cfg, trees, progress, log, reused_runs)
+        costs = cost_model_from_probe(step_costs)
+    else:
+        costs = cost_model_from_throughput(throughput, trees)
 
     # 1. features along the calibration trajectories (the frontier's dtype)
     resources = resources or Resources(_raw_setting(settings["model"], "embedded"),
@@ -642,7 +683,6 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
         return label[r["policy"]]
 
     check = None
-    reused_runs: list[float | None] = []  # wall times of engine runs reused from the cache (None: not recorded)
     if config.num_prompts > 0:
         cfg = bench_config(settings, ["ar"] + [method_for(r) for r in check_rows], dtype=config.dtype,
                            num_prompts=config.num_prompts, split="calib", seed=None, max_tokens=config.max_tokens,
@@ -746,6 +786,7 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
         "trees": [{"name": n, "size": t.num_nodes - 1, "depth": t.depth,
                    "step_ms": 1000 * costs.step_s[n] if n in costs.step_s else None} for n, t in trees],
         "prefill_ms_per_token": 1000 * costs.prefill_s_per_token,
+        "costs_from": costs.source, "step_costs": step_costs,
         "s_quantiles": {f"{q:g}": quantile(s_values, q) for q in (0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9)},
         "rows": rows,
         "chosen": summary,
@@ -771,6 +812,19 @@ def _num(value: float | None, form: str = ".3f") -> str:
     return "–" if value is None else format(value, form)
 
 
+def cost_text(results: dict[str, Any]) -> str:
+    probe = results.get("step_costs")
+    if probe:
+        return (f"costs from the step-cost probe (`{STEP_COSTS_FILE}`: {probe['prompts']} calibration prompts, a random "
+                "tree per step, mean ± standard error)")
+    return f"costs from `{Path(results['throughput']).name}`"
+
+
+def cost_error(results: dict[str, Any], name: str) -> str:
+    row = (results.get("step_costs") or {}).get("trees", {}).get(name)
+    return f" ± {row['se_ms']:.1f}" if row and row.get("se_ms") is not None else ""
+
+
 def calibrate_markdown(results: dict[str, Any], top: int = 15) -> str:
     s = results["settings"]
     rows = results["rows"]
@@ -778,8 +832,9 @@ def calibrate_markdown(results: dict[str, Any], top: int = 15) -> str:
         f"# Scheduler calibration — {s['dataset']}",
         "",
         f"Replay over {s['calibration_prompts']} calibration prompts ({s['frontier_dtype']}, greedy, "
-        f"{s['max_tokens']} new tokens); costs from `{Path(results['throughput']).name}` ({s['engine_dtype']}): "
-        + ", ".join(f"`{t['name']}` {_num(t['step_ms'], '.1f')} ms/step (n={t['size']})" for t in results["trees"])
+        f"{s['max_tokens']} new tokens); {cost_text(results)} ({s['engine_dtype']}): "
+        + ", ".join(f"`{t['name']}` {_num(t['step_ms'], '.1f')}{cost_error(results, t['name'])} ms/step (n={t['size']})"
+                    for t in results["trees"])
         + f", prefill {results['prefill_ms_per_token']:.2f} ms/prompt token. Predicted tok/s = tokens / (prefill + "
         f"Σ step times). Engine check: {s['check_prompts']} calibration prompts, `bench offline` protocol. "
         f"Selection by {s['select']} tok/s. Path value s quantiles over the best static tree's steps: "

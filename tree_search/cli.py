@@ -190,7 +190,10 @@ def add_actions(sub: argparse._SubParsersAction) -> None:
     calibrate.add_argument("--bank", required=True, help="bank file to calibrate (e.g. <frontier>/throughput/bank_throughput.json); "
                            "its `policy` is replaced")
     calibrate.add_argument("--frontier", required=True, help="the frontier folder (its calibration trajectories)")
-    calibrate.add_argument("--throughput", help="throughput.json with the step costs (default: the bank's metadata)")
+    calibrate.add_argument("--throughput", help="the throughput run's throughput.json (default: the bank's metadata)")
+    calibrate.add_argument("--cost-prompts", type=int, default=8,
+                           help="calibration prompts of the step-cost probe, one engine run drawing a random tree per "
+                           "step; 0: take the step costs from the throughput run (default: %(default)s)")
     calibrate.add_argument("--dtype", choices=DTYPE_CHOICES, default="bfloat16",
                            help="precision of the engine runs (default: %(default)s; the replay uses the frontier's)")
     calibrate.add_argument("-n", "--num-prompts", type=int, default=10,
@@ -315,7 +318,8 @@ def run_calibrate_cmd(args: argparse.Namespace) -> int:
     config = CalibrateConfig(bank=args.bank, frontier=args.frontier, throughput=args.throughput, out=args.out,
                              dtype=args.dtype, num_prompts=args.num_prompts, test_n=args.test_n, check_top=args.check_top,
                              select=args.select, max_tokens=args.max_tokens, threads=args.threads,
-                             reference=args.reference, candidates=args.candidates, heldout=args.heldout)
+                             reference=args.reference, candidates=args.candidates, heldout=args.heldout,
+                             cost_prompts=args.cost_prompts)
     results = run_calibrate(config, progress=not args.no_progress)
     print(calibrate_markdown(results), end="")
     print("wrote " + ", ".join(results["outputs"].values()) + f"; policy written to {args.bank}", file=sys.stderr)

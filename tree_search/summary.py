@@ -26,13 +26,18 @@ from typing import Any
 
 from entmtp_vllm.bench.paired import paired_text
 from entmtp_vllm.tree import Tree
+from tree_search.calibrate import policy_string
 
 COPY = [
     "frontier.md", "frontier.png", "bank.json", "debias.md", "bank_debiased.json",
     "throughput/throughput.md", "throughput/throughput.png", "throughput/bank_throughput.json",
     "throughput/offline.md", "calibrate/calibrate.md", "calibrate/calibrate.png",
     "regimes/regimes.md", "regimes/regimes.png", "regimes/regimes.json",
+    "compare/offline.md", "compare/offline.png",
 ]
+COMPARE = "compare"
+"""Folder of the timed EntMTP^τ-vs-EntMTP* run: `entmtp bench offline ... --baseline 2 --out TASK/compare`
+(AR, the bank's best static tree, the bank with its calibrated policy; run_search.sh's compare stage)."""
 MAX_COPY_BYTES = 1_000_000
 
 
@@ -77,6 +82,49 @@ def scheduler_overview(tasks: Sequence[dict[str, Any]]) -> list[str]:
     lines += ["", "Replays: predicted tok/s (τ per measured step cost), the calibration prompts (100; mt_bench 34) and "
               "held-out test prompts (`--heldout`). Timed: tok/s ratio over the test prompts, with its 95% interval "
               "from resampling the prompts (bootstrap)."]
+    return lines
+
+
+def compare_summary(offline: dict[str, Any]) -> dict[str, Any] | None:
+    """The compare run: every method but AR paired with the baseline (EntMTP*) prompt by prompt."""
+    baseline = offline.get("baseline")
+    if not baseline or baseline not in offline["methods"] or offline["methods"][baseline]["kind"] == "ar":
+        return None
+
+    def policy_of(label: str) -> str:
+        """`bank:FILE:POLICY` -> POLICY; `bank:FILE` -> the bank file's own policy (read now)."""
+        _, _, rest = label.partition(":")
+        file, _, policy = rest.partition(":")
+        if policy:
+            return policy
+        bank = _load(Path(file))
+        return policy_string(bank["policy"]) if bank and bank.get("policy") else label
+
+    method = lambda label, m: {"policy": policy_of(label), "tokens_per_second": m["tokens_per_second"],  # noqa: E731
+                               "tau": m["mean_accept_length"], "speedup": m["speedup"]}
+    return {"prompts": offline["num_prompts"], "dtype": offline["machine"]["dtype"],
+            "baseline": method(baseline, offline["methods"][baseline]),
+            "rows": [{**method(label, m), "vs_baseline": m["vs_baseline"]} for label, m in offline["methods"].items()
+                     if label != baseline and m["kind"] != "ar"]}
+
+
+def compare_table(tasks: Sequence[dict[str, Any]]) -> list[str]:
+    """EntMTP^τ ÷ EntMTP* from each task's compare run."""
+    runs = [(t, t["compare"]) for t in tasks if t.get("compare")]
+    if not runs:
+        return []
+    lines = ["", "### EntMTP^τ ÷ EntMTP*, timed on more held-out prompts (`compare/`)", "",
+             "| task | prompts | EntMTP* | tok/s (ρ, τ) | EntMTP^τ | tok/s (ρ, τ) | × EntMTP* [95%] | prompts faster |",
+             "|---|---:|---|---|---|---|---|---:|"]
+    cell = lambda m: f"{m['tokens_per_second']:.2f} ({m['speedup']:.3f}×, {m['tau']:.3f})"  # noqa: E731
+    for t, c in runs:
+        for r in c["rows"]:
+            lines.append(f"| {t['label']} | {c['prompts']} | `{c['baseline']['policy']}` | {cell(c['baseline'])} | "
+                         f"`{r['policy']}` | {cell(r)} | {paired_text(r['vs_baseline'])} | "
+                         f"{r['vs_baseline']['faster_prompts']}/{r['vs_baseline']['prompts']} |")
+    lines += ["", f"{runs[0][1]['dtype']}, greedy, the methods taking turns prompt by prompt (`bench offline --baseline 2`). "
+              "× EntMTP*: tok/s ratio over the same prompts, 95% interval from resampling the prompts (bootstrap); "
+              "prompts faster: prompts on which EntMTP^τ had the higher tok/s."]
     return lines
 
 
@@ -158,6 +206,9 @@ def task_summary(folder: Path) -> dict[str, Any]:
     if regimes is not None:
         timing["regimes"] = regimes["timing"]["total_s"]
     out["timing"] = timing
+    compare = _load(folder / COMPARE / "offline.json")
+    if compare is not None:
+        out["compare"] = compare_summary(compare)
     offline = _load(folder / "throughput" / "offline.json")
     if offline is not None and throughput is not None:
         names = {r["method"]: r["name"] for r in throughput["rows"]} | {"ar": "AR"}
@@ -208,6 +259,7 @@ def summary_markdown(tasks: Sequence[dict[str, Any]]) -> str:
                      f"(n={best['size']}) | {best['tokens_per_second']:.2f} ({best['speedup']:.2f}×, {best['tau']:.2f}) | "
                      f"{', '.join(th['pareto'])} |")
     lines += scheduler_overview(tasks)
+    lines += compare_table(tasks)
     lines += ["", "### Table-1 analogue (calibrate's held-out run)", ""]
     for t in tasks:
         c = t.get("calibrate")

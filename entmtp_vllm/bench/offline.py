@@ -191,6 +191,29 @@ def _build_engines(config: OfflineBenchConfig, model, tokenizer):
     return engines
 
 
+def bench_prompts(config: OfflineBenchConfig) -> list:
+    """The run's prompts (`prompts.Prompt`), every data set in turn."""
+    from entmtp_vllm.prompts import load_prompts
+
+    prompts = []
+    for dataset in config.datasets:
+        prompts.extend(
+            load_prompts(dataset, config.num_prompts, config.seed, config.split, config.category, config.data_path)
+        )
+    return prompts
+
+
+def encode_prompts(config: OfflineBenchConfig, tokenizer, prompts: list) -> list[list[int]]:
+    """Token ids of each prompt: the chat template applied, unless `config.raw`."""
+    from entmtp_vllm.prompts import chat_text
+
+    encoded = []
+    for prompt in prompts:
+        text = prompt.text if config.raw else chat_text(tokenizer, prompt.text)
+        encoded.append(tokenizer(text, add_special_tokens=config.raw)["input_ids"])
+    return encoded
+
+
 def run_offline(config: OfflineBenchConfig, progress: bool = True, log=print) -> dict[str, Any]:
     """Run every method over the prompts; return the results as a JSON-ready dict."""
     import torch
@@ -198,7 +221,6 @@ def run_offline(config: OfflineBenchConfig, progress: bool = True, log=print) ->
 
     from entmtp_vllm.config import SamplingParams
     from entmtp_vllm.engine.loading import load_target
-    from entmtp_vllm.prompts import chat_text, load_prompts
 
     sampling = SamplingParams(temperature=config.temperature, top_k=config.top_k, top_p=config.top_p)
     if config.check_equal and not sampling.greedy:
@@ -208,17 +230,10 @@ def run_offline(config: OfflineBenchConfig, progress: bool = True, log=print) ->
     baseline = resolve_baseline(config.methods, config.baseline)
     torch.set_num_threads(config.threads)
 
-    prompts = []
-    for dataset in config.datasets:
-        prompts.extend(
-            load_prompts(dataset, config.num_prompts, config.seed, config.split, config.category, config.data_path)
-        )
+    prompts = bench_prompts(config)
     model, tokenizer = load_target(config.model, config.dtype)
     engines = _build_engines(config, model, tokenizer)
-    encoded = []
-    for prompt in prompts:
-        text = prompt.text if config.raw else chat_text(tokenizer, prompt.text)
-        encoded.append(tokenizer(text, add_special_tokens=config.raw)["input_ids"])
+    encoded = encode_prompts(config, tokenizer, prompts)
     for prompt, ids in zip(prompts, encoded):  # fail before any timing
         engines[config.methods[0].label].check_request(ids, config.max_tokens, "ar", config.acceptance)
 

@@ -68,6 +68,10 @@ def test_throughput_calibrate_regimes(frontier_dir, tiny_folders, capsys):
     make_policy(calibrated.policy, calibrated.topology_bank())
     assert cal["chosen"]["predicted_tokens_per_second"] == max(r["predicted_tokens_per_second"] for r in cal["rows"])
     assert {r["family"] for r in cal["rows"]} >= {"static", "hysteresis"}
+    probe = cal["step_costs"]  # the costs come from the step-cost probe (8 calibration prompts by default)
+    assert cal["costs_from"] == "step_costs.json" and probe["prompts"] == 8
+    assert {t["name"]: t["step_ms"] for t in cal["trees"]} == {n: r["step_ms"] for n, r in probe["trees"].items()}
+    assert "costs from the step-cost probe" in table
     names = [r["name"] for r in cal["table1"]["rows"]]
     assert names[0] == "AR" and any(n.startswith("EntMTP*") for n in names)
     assert any(n.startswith("EntMTP^τ") for n in names)
@@ -77,7 +81,7 @@ def test_throughput_calibrate_regimes(frontier_dir, tiny_folders, capsys):
     assert entmtp(["search", "calibrate", "--bank", str(out / "throughput" / "bank_throughput.json"),
                    "--frontier", str(out), "-n", "1", "--test-n", "1", "--check-top", "1", "--dtype", "float32",
                    "--no-progress"]) == 0
-    assert capsys.readouterr().err.count("reusing") == 2
+    assert capsys.readouterr().err.count("reusing") == 3  # the step-cost probe too
     # held-out replay: the chosen policies over another split's trajectories (and never the same prompts)
     model, heads = tiny_folders
     held = out.parent / "mt_bench_test"
