@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The tree-search pipeline for the embedded model, task after task, one job at a time, one torch
-# thread: frontier -> throughput -> calibrate -> regimes -> debias. Every stage resumes or is
+# thread: frontier -> throughput -> heldout -> calibrate -> compare -> regimes -> debias. Every stage resumes or is
 # skipped once its output exists, so rerunning this script continues where it stopped. Run it from
 # a copy (bash reads a script while it runs):
 #
@@ -14,12 +14,13 @@ cd "$(dirname "$(readlink -f "$0")")/../.." 2>/dev/null || true
 [ -x .venv/bin/entmtp ] || cd /work/main
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 E=.venv/bin/entmtp
-STAGES=${STAGES:-"frontier throughput heldout calibrate regimes debias"}
+STAGES=${STAGES:-"frontier throughput heldout calibrate compare regimes debias"}
 THROUGHPUT_N=${THROUGHPUT_N:-8}       # held-out test prompts timed per method
 THROUGHPUT_SIZES=${THROUGHPUT_SIZES:-1,2,4,8,16,31}
 CHECK_N=${CHECK_N:-5}                 # calibration prompts of the scheduler's engine check
 TEST_N=${TEST_N:-16}                  # held-out test prompts of calibrate's Table-1 run
 HELDOUT_N=${HELDOUT_N:-40}            # test prompts whose greedy trajectories the chosen policies are replayed on
+COMPARE_N=${COMPARE_N:-48}           # test prompts of the timed EntMTP^tau vs EntMTP* comparison
 DEBIAS_N=${DEBIAS_N:-5}               # calibration prompts self-rolled per tree (float32)
 stamp() { date -u +%H:%M:%S; }
 run() { echo "[$(stamp)] $*"; local t0=$SECONDS; "$@"; local rc=$?; echo "[$(stamp)] rc=$rc after $((SECONDS - t0)) s: $2 $3"; return $rc; }
@@ -44,6 +45,15 @@ for TASK in "$@"; do
         run $E search calibrate --bank "$D/throughput/bank_throughput.json" --frontier "$D" --dtype bfloat16 \
             -n "$CHECK_N" --test-n "$TEST_N" --reference mc_sim_7b_63 --heldout "$D/heldout_replay" --threads 1 \
             --no-progress || true ;;
+      compare)
+        # EntMTP* (calibrate's best static; also the throughput run's when another) against the bank's policy
+        [ -f "$D/compare/offline.json" ] && continue
+        B=$D/throughput/bank_throughput.json
+        S=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['best']['static'])" "$D/calibrate/calibrate.json") || continue 2
+        S2=static:$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['metadata']['best_static'])" "$B")
+        M="ar,bank:$B:$S"; [ "$S2" != "$S" ] && M="$M,bank:$B:$S2"
+        run $E bench offline --dataset "$TASK" --split test -n "$COMPARE_N" --dtype bfloat16 --threads 1 \
+            --methods "$M,bank:$B" --baseline 2 --out "$D/compare" --no-progress || true ;;
       regimes)
         [ -f "$D/regimes/regimes.json" ] && continue
         run $E search regimes --frontier "$D" --tree n16 --source replay --check-n 2 -n 100 --threads 1 \

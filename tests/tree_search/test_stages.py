@@ -109,11 +109,20 @@ def test_throughput_calibrate_regimes(frontier_dir, tiny_folders, capsys):
     assert (out / "combined" / "regimes_tasks.png").stat().st_size > 0
 
 
-def test_summary_reports_and_copies(frontier_dir, tmp_path, capsys):
+def test_summary_reports_and_copies(frontier_dir, tiny_folders, tmp_path, capsys):
+    from tree_search.calibrate import policy_string
     from tree_search.summary import summarize
 
     if not (frontier_dir / "throughput" / "throughput.json").is_file():
         pytest.skip("needs test_throughput_calibrate_regimes first")
+    # the compare run (run_search.sh's compare stage): EntMTP* and the calibrated bank, paired
+    model, heads = tiny_folders
+    bank = frontier_dir / "throughput" / "bank_throughput.json"
+    static = json.loads((frontier_dir / "calibrate" / "calibrate.json").read_text())["best"]["static"]
+    assert entmtp(["bench", "offline", "--dataset", "mt_bench", "--split", "test", "-n", "2", "--max-tokens", "8",
+                   "--model", str(model), "--heads", str(heads), "--methods", f"ar,bank:{bank}:{static},bank:{bank}",
+                   "--baseline", "2", "--out", str(frontier_dir / "compare"), "--no-progress"]) == 0
+    capsys.readouterr()
     result = summarize([frontier_dir], tmp_path / "docs")
     (task,) = result["tasks"]
     assert task["task"] == "mt_bench"
@@ -124,7 +133,11 @@ def test_summary_reports_and_copies(frontier_dir, tmp_path, capsys):
     assert "| mt_bench | yes | yes | yes | yes | no |" in text and "Table-1 analogue" in text
     overview = next(line for line in text.splitlines() if line.startswith("| mt_bench | EntMTP^τ |"))
     assert overview.split(" | ")[4] not in ("–", "")  # the held-out replay of the last calibrate run
-    for name in ("frontier.md", "throughput/bank_throughput.json", "calibrate/calibrate.md", "regimes/regimes.png"):
+    compared = next(line for line in text.split("timed on more held-out prompts")[1].splitlines() if "| mt_bench |" in line)
+    assert f"| `{static}` |" in compared and f"| `{policy_string(load_bank(bank).policy)}` |" in compared
+    assert task["compare"]["rows"][0]["vs_baseline"]["prompts"] == 2
+    for name in ("frontier.md", "throughput/bank_throughput.json", "calibrate/calibrate.md", "regimes/regimes.png",
+                 "compare/offline.md"):
         assert (tmp_path / "docs" / "mt_bench" / name).is_file()
     assert entmtp(["search", "summary", "--runs", str(frontier_dir), "--out", str(tmp_path / "again")]) == 0
     assert "## (c) Wall time" in capsys.readouterr().out
