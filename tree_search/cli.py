@@ -64,7 +64,9 @@ tree, on the path value s: the paper's τ grid 0.001..0.05, τ_off < τ_on varia
 of s; and on head 1's top-1 probability head_top1_1 and the accept-length history, at their
 quantiles) and the ladder (edges at quantiles of s and of head_top1_1). Every policy is replayed
 over the frontier's calibration trajectories (greedy: same tokens for every policy; features and
-accept lengths exact), with the per-step costs measured by `search throughput`: predicted tok/s.
+accept lengths exact), with per-tree step costs from the step-cost probe (one engine run over
+--cost-prompts calibration prompts drawing a random tree per step; 0: from `search throughput`):
+predicted tok/s.
 The best few are checked in the engine on --num-prompts calibration prompts, the best is written
 into the bank's `policy`, and a held-out run on --test-n test prompts compares AR, the reference
 tree, EntMTP* (best static), EntMTP^τ and the ladder (Table 1; each paired with EntMTP* prompt by
