@@ -6,7 +6,8 @@ generations, compares generations made seconds to minutes apart on a shared CPU.
 the trees of a bank differ by a few milliseconds per step, about as much as such timings drift:
 on SmolLM2 (mt_bench, bf16) the throughput run had `n8` at 83.5 ms and `n16` at 88.7 ms per step,
 this probe 77.6 ± 0.4 and 93.2 ± 0.6. A sweep on such costs picks policies, and a best static
-tree, for differences that are not there.
+tree, for differences that are not there. The probe is precise, not exact: its step times still
+differed from long static runs by up to ~2.5 ms (docs/search/README.md).
 
 Here the reference engine decodes the calibration prompts with a `RandomTreePolicy`: every step
 draws its tree (seeded), so all trees meet the same context lengths, machine load and caches.
