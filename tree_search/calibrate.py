@@ -523,25 +523,30 @@ class CalibrateConfig:
     noise, and every policy on the same tokens)."""
 
 
-def _cached_offline(path: Path, bench_cfg, run, progress, log, reused: list[float | None]) -> dict[str, Any]:
-    """A `run_offline` result, reused from `path` when it was made with the same methods and prompts
-    (then its recorded wall time, or None, is appended to `reused`); a fresh result records its wall
-    time (`wall_s`)."""
-    from dataclasses import asdict
-
-    wanted = asdict(bench_cfg)
-    wanted["methods"] = [m.label for m in bench_cfg.methods]
+def _cached_run(path: Path, wanted: dict[str, Any], run: Callable[[], dict[str, Any]], log,
+                reused: list[float | None]) -> dict[str, Any]:
+    """`run()`'s result, reused from `path` when its `config` equals `wanted` (then its recorded wall
+    time, or None, is appended to `reused`); a fresh result gets `config` and its wall time (`wall_s`)."""
+    wanted = json.loads(json.dumps(wanted))
     if path.is_file():
         old = json.loads(path.read_text(encoding="utf-8"))
-        if json.loads(json.dumps(old["config"])) == json.loads(json.dumps(wanted)):
+        if json.loads(json.dumps(old.get("config"))) == wanted:
             log(f"reusing {path}")
             reused.append(old.get("wall_s"))
             return old
     started = time.perf_counter()
-    result = run(bench_cfg, progress=progress, log=log)
-    result["wall_s"] = time.perf_counter() - started
+    result = run()
+    result["config"], result["wall_s"] = wanted, time.perf_counter() - started
     path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     return result
+
+
+def _cached_offline(path: Path, bench_cfg, run, progress, log, reused: list[float | None]) -> dict[str, Any]:
+    """A `run_offline` result, reused from `path` when it was made with the same methods and prompts."""
+    from dataclasses import asdict
+
+    wanted = asdict(bench_cfg) | {"methods": [m.label for m in bench_cfg.methods]}
+    return _cached_run(path, wanted, lambda: run(bench_cfg, progress=progress, log=log), log, reused)
 
 
 def _cached_probe(path: Path, probe_cfg, trees: Sequence[tuple[str, Tree]], progress, log,
@@ -549,17 +554,9 @@ def _cached_probe(path: Path, probe_cfg, trees: Sequence[tuple[str, Tree]], prog
     """`probe_step_costs` of `trees`, reused from `path` when made with the same trees and settings."""
     from dataclasses import asdict
 
-    wanted = json.loads(json.dumps({"bench": asdict(probe_cfg) | {"methods": []},
-                                    "trees": {name: tree.choices for name, tree in trees}}))
-    if path.is_file():
-        old = json.loads(path.read_text(encoding="utf-8"))
-        if old.get("config") == wanted:
-            log(f"reusing {path}")
-            reused.append(old.get("wall_s"))
-            return old
-    result = probe_step_costs(probe_cfg, trees, progress=progress, log=log) | {"config": wanted}
-    path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    return result
+    wanted = {"bench": asdict(probe_cfg) | {"methods": []}, "trees": {name: tree.choices for name, tree in trees}}
+    return _cached_run(path, wanted, lambda: probe_step_costs(probe_cfg, trees, progress=progress, log=log), log,
+                       reused)
 
 
 def cost_model_from_probe(step_costs: dict[str, Any]) -> CostModel:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from collections.abc import Sequence
 from typing import Any, Callable
 
@@ -76,7 +75,6 @@ def probe_step_costs(bench_cfg, trees: Sequence[tuple[str, Tree]], seed: int = 0
     for ids in encoded:  # fail before any timing
         engine.check_request(ids, bench_cfg.max_tokens, "tree", "greedy")
     log(f"step-cost probe: {len(trees)} trees, a random one per step, on {len(prompts)} prompts, {bench_cfg.dtype}")
-    started = time.perf_counter()
     greedy = SamplingParams()
     engine.generate(encoded[0], min(bench_cfg.max_tokens, 16), sampling=greedy, acceptance="greedy")  # warm-up
     times: dict[str, list[float]] = {name: [] for name, _ in trees}
@@ -99,4 +97,4 @@ def probe_step_costs(bench_cfg, trees: Sequence[tuple[str, Tree]], seed: int = 0
         raise EntMTPError(f"the step-cost probe drew tree(s) {', '.join(unmeasured)} fewer than twice: "
                           "give it more prompts (--cost-prompts)")
     return {"trees": rows, "prefill_ms_per_token": 1000 * prefill_s / max(prompt_tokens, 1),
-            "prompts": len(prompts), "seed": seed, "dtype": bench_cfg.dtype, "wall_s": time.perf_counter() - started}
+            "prompts": len(prompts), "seed": seed, "dtype": bench_cfg.dtype}

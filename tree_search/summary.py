@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from entmtp_vllm.bench.offline import parse_methods
 from entmtp_vllm.bench.paired import paired_text
 from entmtp_vllm.tree import Tree
 from tree_search.calibrate import policy_string
@@ -91,13 +92,14 @@ def compare_summary(offline: dict[str, Any]) -> dict[str, Any] | None:
     if not baseline or baseline not in offline["methods"] or offline["methods"][baseline]["kind"] == "ar":
         return None
 
+    specs = {m.label: m for m in parse_methods(offline["config"]["methods"])}
+
     def policy_of(label: str) -> str:
         """`bank:FILE:POLICY` -> POLICY; `bank:FILE` -> the bank file's own policy (read now)."""
-        _, _, rest = label.partition(":")
-        file, _, policy = rest.partition(":")
-        if policy:
-            return policy
-        bank = _load(Path(file))
+        spec = specs[label]
+        if spec.policy:
+            return spec.policy
+        bank = _load(Path(spec.source)) if spec.kind == "bank" else None
         return policy_string(bank["policy"]) if bank and bank.get("policy") else label
 
     method = lambda label, m: {"policy": policy_of(label), "tokens_per_second": m["tokens_per_second"],  # noqa: E731
