@@ -1,9 +1,16 @@
 """Offline benchmark: methods (AR, static trees, banks with policies, Medusa) on prompt sets.
 
 Each method first runs one warm-up generation (excluded); then every prompt runs once per
-method, the methods taking turns prompt by prompt in a rotating order, so that background
-load drifting during the run weighs on all of them alike. The timed region of a
-generation includes its prefill (the paper's protocol). Reported per method:
+method, the methods taking turns in a rotating order so that background load weighs on all
+of them alike. By default (`interleave="step"`) a turn is one decode step: the methods
+decode the prompt side by side, and each generation counts only its own prefill and steps.
+On this shared CPU slow spells last seconds; with step turns, two runs of the same method
+timed 1.001 [0.996, 1.007] against each other over 16 prompts, against ±3% with whole
+generations as turns (`interleave="prompt"`). The timed region of a generation includes
+its prefill (the paper's protocol). With `repeats` R > 1 every prompt runs R times per
+method and a prompt's time is the fastest of its R runs: other processes only ever add
+time, so the minimum is the least disturbed measurement of the same work (the repeats must
+decode the same tokens; any that do not are counted). Reported per method:
 
 - tok/s = total generated tokens / total time,
 - rho = tok/s over AR's tok/s in the same run (AR is always run, first),
@@ -31,6 +38,7 @@ from typing import Any
 from entmtp_vllm.bench.paired import paired_speed, paired_text
 from entmtp_vllm.errors import EntMTPError
 
+INTERLEAVE_MODES = ("prompt", "step")
 METHOD_FORMS = "ar, tree:SPEC[#NAME], bank:FILE[:POLICY], medusa:SPEC[#NAME]"
 _METHOD_START = re.compile(r",(?=(?:ar(?:,|$)|tree:|bank:|medusa:))")
 
@@ -112,6 +120,8 @@ class OfflineBenchConfig:
     check_equal: bool = False
     raw: bool = False
     baseline: str | None = None
+    repeats: int = 1
+    interleave: str = "step"
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -165,7 +175,8 @@ def _first_difference(a: list[int], b: list[int]) -> int | None:
 
 
 def _build_engines(config: OfflineBenchConfig, model, tokenizer):
-    """One engine per method; drafters (Hydra / Medusa heads) are loaded once each."""
+    """One engine per method; the heads (Hydra / Medusa) are loaded once each, and every engine
+    gets its own drafter on them (`fork`), so that engines can decode side by side."""
     from entmtp_vllm.engine.loading import load_drafter, load_trees
     from entmtp_vllm.engine.reference import ReferenceEngine
 
@@ -187,7 +198,7 @@ def _build_engines(config: OfflineBenchConfig, model, tokenizer):
         else:
             bank, policy, _ = load_trees(tree=method.source, name=method.name)
         kind = "medusa" if method.kind == "medusa" else "hydra"
-        engines[method.label] = ReferenceEngine(model, tokenizer, drafter(kind), bank, policy)
+        engines[method.label] = ReferenceEngine(model, tokenizer, drafter(kind).fork(), bank, policy)
     return engines
 
 
@@ -227,6 +238,10 @@ def run_offline(config: OfflineBenchConfig, progress: bool = True, log=print) ->
         raise EntMTPError("--check-equal compares greedy outputs: use --temperature 0")
     if config.max_tokens < 1:
         raise EntMTPError(f"--max-tokens must be at least 1 (got {config.max_tokens})")
+    if config.interleave not in INTERLEAVE_MODES:
+        raise EntMTPError(f"--interleave must be one of {', '.join(INTERLEAVE_MODES)} (got {config.interleave!r})")
+    if config.repeats < 1:
+        raise EntMTPError(f"--repeats must be at least 1 (got {config.repeats})")
     baseline = resolve_baseline(config.methods, config.baseline)
     torch.set_num_threads(config.threads)
 
@@ -237,9 +252,9 @@ def run_offline(config: OfflineBenchConfig, progress: bool = True, log=print) ->
     for prompt, ids in zip(prompts, encoded):  # fail before any timing
         engines[config.methods[0].label].check_request(ids, config.max_tokens, "ar", config.acceptance)
 
-    def generate(label: str, ids: list[int], index: int):
+    def decode(label: str, ids: list[int], index: int):
         method = by_label[label]
-        return engines[label].generate(
+        return engines[label].decode(
             ids,
             config.max_tokens,
             sampling=sampling,
@@ -248,13 +263,33 @@ def run_offline(config: OfflineBenchConfig, progress: bool = True, log=print) ->
             seed=config.sampling_seed + index,
         )
 
+    def generate(label: str, ids: list[int], index: int):
+        *_, generation = decode(label, ids, index)
+        return generation
+
+    def turns(order: list[str], ids: list[int], index: int) -> dict[str, Any]:
+        """One run of the prompt per method, in `order`: whole generations one after the other
+        (interleave "prompt"), or all of them advanced one decode step per turn ("step")."""
+        if config.interleave == "prompt":
+            return {label: generate(label, ids, index) for label in order}
+        running = {label: decode(label, ids, index) for label in order}
+        done: dict[str, Any] = {}
+        while running:
+            for label in list(running):
+                item = next(running[label])
+                if item is not None:  # the Generation: this method is finished
+                    done[label] = item
+                    del running[label]
+        return done
+
     by_label = {m.label: m for m in config.methods}
     labels = [m.label for m in config.methods]
     for label in labels:
         generate(label, encoded[0], 0)  # warm-up, excluded from every number
 
-    # Methods take turns prompt by prompt (the order rotates), so that load from other
-    # processes drifting over the run weighs on every method alike.
+    # Methods take turns (the order rotates from prompt to prompt), so that load from other
+    # processes weighs on every method alike. With repeats, every method runs the prompt
+    # `repeats` times and keeps its fastest run.
     rows: dict[str, list[dict[str, Any]]] = {label: [] for label in labels}
     bars = {
         label: tqdm(total=len(prompts), desc=label, unit="prompt", position=i, disable=not progress, leave=True)
@@ -262,31 +297,40 @@ def run_offline(config: OfflineBenchConfig, progress: bool = True, log=print) ->
     }
     for index, (prompt, ids) in enumerate(zip(prompts, encoded)):
         shift = index % len(labels)
-        for label in labels[shift:] + labels[:shift]:
-            gen = generate(label, ids, index)
-            rows[label].append(
-                {
-                    "id": prompt.id,
-                    "dataset": prompt.dataset,
-                    "prompt_tokens": gen.prompt_tokens,
-                    "num_tokens": gen.num_tokens,
-                    "time_s": gen.total_time_s,
-                    "prefill_time_s": gen.prefill_time_s,
-                    "tokens_per_second": gen.tokens_per_second,
-                    "steps": len(gen.steps),
-                    "mean_accept_length": gen.mean_accept_length,
-                    "mean_nodes": gen.mean_nodes,
-                    "accept_lengths": gen.accept_lengths,
-                    "trees_used": gen.trees_used,
-                    "tree_switches": gen.tree_switches,
-                    "stop_reason": gen.stop_reason,
-                    "token_ids": gen.token_ids,
-                }
-            )
+        runs: dict[str, list] = {label: [] for label in labels}
+        for _ in range(config.repeats):
+            for label, gen in turns(labels[shift:] + labels[:shift], ids, index).items():
+                runs[label].append(gen)
+        for label in labels:
+            gen = min(runs[label], key=lambda g: g.total_time_s)
+            row = {
+                "id": prompt.id,
+                "dataset": prompt.dataset,
+                "prompt_tokens": gen.prompt_tokens,
+                "num_tokens": gen.num_tokens,
+                "time_s": gen.total_time_s,
+                "prefill_time_s": gen.prefill_time_s,
+                "tokens_per_second": gen.tokens_per_second,
+                "steps": len(gen.steps),
+                "mean_accept_length": gen.mean_accept_length,
+                "mean_nodes": gen.mean_nodes,
+                "accept_lengths": gen.accept_lengths,
+                "trees_used": gen.trees_used,
+                "tree_switches": gen.tree_switches,
+                "stop_reason": gen.stop_reason,
+                "token_ids": gen.token_ids,
+            }
+            if config.repeats > 1:
+                row["times_s"] = [g.total_time_s for g in runs[label]]
+                row["repeats_differ"] = sum(g.token_ids != gen.token_ids for g in runs[label])
+            rows[label].append(row)
             bars[label].update()
     for bar in bars.values():
         bar.close()
     methods_out = {label: _summarise(by_label[label], rows[label]) for label in labels}
+    for label, summary in methods_out.items():
+        if summary.get("repeats_differ"):
+            log(f"warning: {label}: {summary['repeats_differ']} repeated run(s) decoded other tokens than the kept run")
 
     ar_tps = methods_out[config.methods[0].label]["tokens_per_second"]
     for label, summary in methods_out.items():
@@ -332,7 +376,7 @@ def _summarise(method: MethodSpec, rows: list[dict[str, Any]]) -> dict[str, Any]
     for row in rows:
         for name, count in row["trees_used"].items():
             trees[name] = trees.get(name, 0) + count
-    return {
+    out = {
         "kind": method.kind,
         "tokens": tokens,
         "time_s": seconds,
@@ -343,6 +387,9 @@ def _summarise(method: MethodSpec, rows: list[dict[str, Any]]) -> dict[str, Any]
         "trees_used": trees,
         "prompts": rows,
     }
+    if any("times_s" in r for r in rows):
+        out["repeats_differ"] = sum(r["repeats_differ"] for r in rows)
+    return out
 
 
 def markdown_report(results: dict[str, Any]) -> str:
@@ -352,7 +399,9 @@ def markdown_report(results: dict[str, Any]) -> str:
     lines = [
         f"Offline benchmark — {', '.join(cfg['datasets'])}, {results['num_prompts']} prompts, "
         f"{cfg['max_tokens']} new tokens, {machine['dtype']}, {machine['threads']} thread(s), "
-        f"T={cfg['temperature']}, acceptance {cfg['acceptance']}; {machine['cpu']}; {machine['date']}",
+        f"T={cfg['temperature']}, acceptance {cfg['acceptance']}; {machine['cpu']}; {machine['date']}"
+        + f"; methods take turns by {cfg.get('interleave', 'prompt')}"
+        + (f"; each prompt's time: the fastest of {cfg['repeats']} runs" if cfg.get("repeats", 1) > 1 else ""),
         "",
         "| method | tok/s | ρ vs AR | × baseline [95%] | τ (mean accept length) | nodes/step | tokens | time (s)"
         + (" | mismatches |" if check else " |"),
@@ -370,6 +419,10 @@ def markdown_report(results: dict[str, Any]) -> str:
     if baseline is not None:
         lines += ["", f"× baseline: tok/s over `{baseline}`'s on the same prompts (> 1: faster), with a 95% interval "
                   "from resampling the prompts (bootstrap)."]
+    differ = {label: m["repeats_differ"] for label, m in results["methods"].items() if m.get("repeats_differ")}
+    if differ:
+        lines += ["", "**Repeated runs that decoded other tokens than the kept run:** "
+                  + ", ".join(f"`{label}` {count}" for label, count in differ.items())]
     if check:
         bad = check["mismatches"]
         lines.append("")

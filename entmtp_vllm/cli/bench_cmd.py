@@ -21,8 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "offline",
         help="reference engine on prompt sets: tok/s, speedup over AR, mean accept length",
         description="Run decoding methods with the reference engine over prompt sets. Per method: one "
-        "warm-up generation (excluded), then every prompt, the methods taking turns prompt by prompt; "
-        "timings include the prefill. AR always runs, as the speedup baseline.",
+        "warm-up generation (excluded), then every prompt, the methods taking turns (one decode step each, "
+        "or whole generations: --interleave); timings include the prefill. AR always runs, as the speedup "
+        "baseline.",
     )
     offline.add_argument("--dataset", required=True, help="prompt set(s), comma-separated, e.g. mt_bench,gsm8k,humaneval")
     add_prompt_args(offline, n_default=10)
@@ -44,6 +45,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="pair every other method with this one prompt by prompt: the tok/s ratio with a 95%% interval from "
         "resampling the prompts. A method as written in --methods, or its position (1 = AR, which always runs "
         "first) (default: AR)",
+    )
+    offline.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        metavar="R",
+        help="run every prompt R times per method (the turns repeated) and keep each prompt's fastest run: "
+        "other processes only add time, so this steadies the timings at R times the cost (default: %(default)s)",
+    )
+    offline.add_argument(
+        "--interleave",
+        choices=["prompt", "step"],
+        default="step",
+        help="how the methods take turns: a whole generation each (prompt), or one decode step each, all "
+        "methods decoding the prompt side by side and each counting only its own steps' time (step: pairs "
+        "the methods within ~0.1 s, so slow spells of a shared machine hit them alike) (default: %(default)s)",
     )
     offline.add_argument("--out", help="folder for offline.json / offline.md / offline.png")
     offline.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -213,6 +230,8 @@ def run_offline_cmd(args: argparse.Namespace) -> int:
         raw=args.raw,
         sampling_seed=args.sampling_seed,
         baseline=args.baseline,
+        repeats=args.repeats,
+        interleave=args.interleave,
     )
     results = run_offline(config, progress=not args.no_progress)
     print(markdown_report(results), end="")

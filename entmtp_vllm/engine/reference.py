@@ -23,13 +23,16 @@ One readable loop, gpt-fast style. Per request:
 `method="ar"` runs the autoregressive baseline in the same engine: the same prefill,
 then one token per forward pass, sampled by the same code.
 
-Timing covers the whole call, prefill included (the paper's timed region).
+Timing covers the whole call, prefill included (the paper's timed region). `decode` is the
+same loop as a generator that pauses after the prefill and after every step, so that a
+benchmark can run several methods on one prompt in lockstep, step by step; each generation
+then counts only its own time (the time spent outside its pauses).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from transformers.cache_utils import DynamicCache
@@ -190,7 +193,6 @@ class ReferenceEngine:
 
     # ------------------------------------------------------------------ decoding
 
-    @torch.inference_mode()
     def generate(
         self,
         prompt_ids: Sequence[int],
@@ -206,6 +208,25 @@ class ReferenceEngine:
         `method` is "tree" (default when the engine has heads) or "ar". `seed` (or an explicit
         `generator`) makes sampling at temperature > 0 reproducible.
         """
+        *_, generation = self.decode(prompt_ids, max_new_tokens, sampling, acceptance, method, seed, generator)
+        return generation
+
+    @torch.inference_mode()
+    def decode(
+        self,
+        prompt_ids: Sequence[int],
+        max_new_tokens: int,
+        sampling: SamplingParams = SamplingParams(),
+        acceptance: str = "typical",
+        method: str | None = None,
+        seed: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Iterator[Generation | None]:
+        """`generate` step by step: yields None after the prefill and after every decode step,
+        and the `Generation` last. Its times count only the time spent inside this generator,
+        so generations advanced in turns (`bench offline --interleave step`) each get their own.
+        The request is checked on the first `next()`.
+        """
         method = method or ("tree" if self.drafter is not None else "ar")
         prompt_ids = [int(t) for t in prompt_ids]
         self.check_request(prompt_ids, max_new_tokens, method, acceptance)
@@ -213,6 +234,7 @@ class ReferenceEngine:
             generator = torch.Generator(device=self.device).manual_seed(seed)
 
         started = time.perf_counter()
+        paused = 0.0  # time spent outside this generator (other generations' turns)
         # --- prefill: the prompt into the cache; its last position gives the first token.
         cache = DynamicCache(config=self.model.config)
         check_compactable(cache)
@@ -226,6 +248,9 @@ class ReferenceEngine:
         root = self._pick(last_logits, sampling, generator)
         generated = [root]
         prefill_time = time.perf_counter() - started
+        pause = time.perf_counter()
+        yield None
+        paused += time.perf_counter() - pause
 
         steps: list[StepRecord] = []
         tracker = FeatureTracker()
@@ -321,10 +346,13 @@ class ReferenceEngine:
                     break
                 if len(generated) >= max_new_tokens:
                     break
+            pause = time.perf_counter()
+            yield None
+            paused += time.perf_counter() - pause
 
-        total_time = time.perf_counter() - started
+        total_time = time.perf_counter() - started - paused
         generated = generated[:max_new_tokens]
-        return Generation(
+        yield Generation(
             token_ids=generated,
             text=self.tokenizer.decode(generated, skip_special_tokens=True) if self.tokenizer is not None else "",
             method=method,

@@ -28,6 +28,7 @@ node i's parent); row 0 (the root) is zero. Lossless acceptance needs it.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
@@ -84,6 +85,13 @@ class TreeDrafter:
     @property
     def max_depth(self) -> int:
         return self.heads.num_heads
+
+    def fork(self) -> "TreeDrafter":
+        """A drafter on the same heads and weights with its own per-sequence state (the prefix
+        layer's cache), so that two engines can decode side by side."""
+        twin = copy.copy(self)
+        twin.prefix_cache = PrefixCache() if self.prefix_cache is not None else None
+        return twin
 
     def reset(self) -> None:
         """Forget the prefix layer's cache (a new sequence)."""

@@ -40,6 +40,7 @@ def test_bench_offline_end_to_end(tiny, tmp_path, capsys):
     results = json.loads((out / "offline.json").read_text())
     assert list(results["methods"]) == ["ar", "tree:full:2,1", f"bank:{bank}", "medusa:chain:3"]
     assert results["num_prompts"] == 4 and results["machine"]["threads"] == 1
+    assert results["config"]["interleave"] == "step" and "methods take turns by step" in table
     for label, summary in results["methods"].items():
         assert summary["mismatches"] == 0 and len(summary["prompts"]) == 4
         assert summary["tokens_per_second"] > 0 and summary["speedup"] > 0
@@ -76,3 +77,34 @@ def test_bench_offline_unknown_baseline_exits_2_before_loading(capsys):
                  "--baseline", "tree:chain:2"]) == 2
     err = capsys.readouterr().err
     assert "--baseline 'tree:chain:2' is neither a method nor a position" in err and "1 = ar" in err
+
+
+def test_bench_offline_step_turns_with_repeats(tiny, tmp_path, capsys):
+    """--interleave prompt --repeats 2: whole generations in turns, each prompt twice; the kept
+    time is the faster run's and every method still reproduces AR's tokens. (The default, step
+    turns, runs in test_bench_offline_end_to_end.)"""
+    model, hydra, _ = tiny
+    out = tmp_path / "out"
+    argv = ["bench", "offline", "--dataset", "mt_bench", "-n", "2", "--max-tokens", "8", "--model", str(model),
+            "--methods", "tree:full:2,1,tree:chain:2", "--heads", str(hydra), "--check-equal",
+            "--interleave", "prompt", "--repeats", "2", "--out", str(out), "--no-progress"]
+    assert main(argv) == 0, capsys.readouterr().err
+    table = capsys.readouterr().out
+    assert "methods take turns by prompt" in table and "the fastest of 2 runs" in table
+    results = json.loads((out / "offline.json").read_text())
+    assert results["config"]["interleave"] == "prompt" and results["config"]["repeats"] == 2
+    for summary in results["methods"].values():
+        assert summary["mismatches"] == 0 and summary["repeats_differ"] == 0
+        for row in summary["prompts"]:
+            assert len(row["times_s"]) == 2 and row["time_s"] == min(row["times_s"])
+        assert summary["time_s"] == pytest.approx(sum(row["time_s"] for row in summary["prompts"]))
+
+
+def test_bench_offline_bad_repeats_or_interleave_exit_2(capsys):
+    assert main(["bench", "offline", "--dataset", "mt_bench", "--model", "/nonexistent", "--methods", "ar",
+                 "--repeats", "0"]) == 2
+    assert "--repeats must be at least 1 (got 0)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "offline", "--dataset", "mt_bench", "--methods", "ar", "--interleave", "token"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'token'" in capsys.readouterr().err

@@ -355,3 +355,61 @@ def test_heads_shallower_than_the_tree_are_rejected(tiny_model):
     drafter = _random_heads("hydra", tiny_model, num_heads=2)
     with pytest.raises(EntMTPError, match="heads draft only 2"):
         ReferenceEngine(tiny_model, None, drafter, bank_of("full:2,2,1"))
+
+
+def test_decode_pauses_after_prefill_and_every_step_and_times_only_itself(tiny_model, make_oracle):
+    """`decode` is `generate` step by step: None after the prefill and after each step, the
+    Generation last; two generations advanced in turns decode what each decodes alone, and
+    time spent outside a generator (here a sleep per pause) is not counted in its times."""
+    import time
+
+    prompt = PROMPTS[0]
+    drafter, continuation = make_oracle(tiny_model, prompt, 20)
+    engine = ReferenceEngine(tiny_model, None, drafter, bank_of("full:2,2,1"))
+    alone = engine.generate(prompt, 20)
+    ar_engine = ReferenceEngine(tiny_model, None)
+    runs = {"tree": engine.decode(prompt, 20), "ar": ar_engine.decode(prompt, 20, method="ar")}
+    items: dict[str, list] = {"tree": [], "ar": []}
+    while runs:
+        for name in list(runs):
+            item = next(runs[name])
+            items[name].append(item)
+            if item is not None:
+                del runs[name]
+            time.sleep(0.02)
+    tree, ar = items["tree"][-1], items["ar"][-1]
+    assert all(item is None for item in items["tree"][:-1] + items["ar"][:-1])
+    assert len(items["tree"]) == len(tree.steps) + 2 and len(items["ar"]) == len(ar.steps) + 2
+    assert tree.token_ids == alone.token_ids == continuation and ar.token_ids == continuation
+    assert tree.accept_lengths == alone.accept_lengths
+    for gen in (tree, ar):
+        # its own time: the prefill and the steps, plus a little bookkeeping per step; the
+        # (steps + 1) pauses held at least 0.02 s of sleep each, none of which is counted
+        own = gen.prefill_time_s + sum(r.time_s for r in gen.steps)
+        assert own <= gen.total_time_s < own + 0.01 + 0.001 * (len(gen.steps) + 1)
+
+
+def test_forked_drafters_decode_side_by_side_like_alone(tiny_model):
+    """Hydra++ heads keep per-sequence state (the prefix layer's cache): engines decoding in
+    turns need their own drafter (`fork`, same weights). Forked, each step's head features
+    equal those of a generation alone; one shared drafter mixes the two sequences."""
+    drafter = _hydra_plus_plus(tiny_model)
+    bank = bank_of("full:2,2,1")
+
+    def run(first, second):
+        a = ReferenceEngine(tiny_model, None, first, bank, head_features=True).decode(PROMPTS[0], 16)
+        b = ReferenceEngine(tiny_model, None, second, bank, head_features=True).decode(PROMPTS[2], 16)
+        out = {}
+        while len(out) < 2:
+            for name, gen in (("a", a), ("b", b)):
+                if name not in out and (item := next(gen)) is not None:
+                    out[name] = item
+        return out["a"], out["b"]
+
+    alone = ReferenceEngine(tiny_model, None, drafter, bank, head_features=True).generate(PROMPTS[0], 16)
+    forked, _ = run(drafter.fork(), drafter.fork())
+    shared, _ = run(drafter, drafter)
+    assert drafter.fork().heads is drafter.heads and drafter.fork().prefix_cache is not drafter.prefix_cache
+    assert [r.features for r in forked.steps] == [r.features for r in alone.steps]
+    assert forked.token_ids == alone.token_ids
+    assert [r.features for r in shared.steps] != [r.features for r in alone.steps]
