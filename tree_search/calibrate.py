@@ -15,8 +15,8 @@ them). So, per calibration prompt of the frontier (its `calibration.jsonl`):
    `RankScorer`), and the walk moves on. This is exactly the engine's greedy run at the
    frontier's dtype (a test checks it against `ReferenceEngine` records);
 3. cost: per-tree decode-step time and prefill time per prompt token, measured by the step-cost
-   probe (`step_costs`: one engine run over `--cost-prompts` calibration prompts that draws a random
-   tree at every step, so that every tree is timed under the same load and context lengths; the
+   probe (`step_costs`: every tree decodes `--cost-prompts` calibration prompts as a static tree,
+   the trees taking turns step by step, so that every tree is timed under the same load; the
    trees of a bank differ by a few ms per step, about what separately timed runs drift by), or with
    `--cost-prompts 0` from `entmtp search throughput`'s runs; predicted tok/s = tokens / (prefill +
    Σ steps × step time of the tree chosen). This is τ per cost, with the costs measured.
@@ -515,8 +515,8 @@ class CalibrateConfig:
     """bank: the bank's trees only; timed: also every frontier tree the throughput run timed (a tree
     that is not throughput-Pareto as a static tree can still pay off as the aggressive one)."""
     cost_prompts: int = 8
-    """Calibration prompts of the step-cost probe (`step_costs`: one engine run drawing a random tree
-    per step); 0: take the step costs from the throughput run instead."""
+    """Calibration prompts of the step-cost probe (`step_costs`: every tree decodes them statically,
+    the trees taking turns step by step); 0: take the step costs from the throughput run instead."""
     heldout: str | None = None
     """A frontier folder over other prompts (e.g. `entmtp search frontier --split test`): the best
     policies, chosen here, are also replayed over its trajectories (held-out replay: no timing
@@ -812,8 +812,9 @@ def _num(value: float | None, form: str = ".3f") -> str:
 def cost_text(results: dict[str, Any]) -> str:
     probe = results.get("step_costs")
     if probe:
-        return (f"costs from the step-cost probe (`{STEP_COSTS_FILE}`: {probe['prompts']} calibration prompts, a random "
-                "tree per step, mean ± standard error)")
+        how = probe.get("method", "one engine drawing a random tree per step")  # the probe before session 16
+        return (f"costs from the step-cost probe (`{STEP_COSTS_FILE}`: {probe['prompts']} calibration prompts, {how}, "
+                "mean ± standard error)")
     return f"costs from `{Path(results['throughput']).name}`"
 
 

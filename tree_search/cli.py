@@ -65,7 +65,7 @@ of s; and on head 1's top-1 probability head_top1_1 and the accept-length histor
 quantiles) and the ladder (edges at quantiles of s and of head_top1_1). Every policy is replayed
 over the frontier's calibration trajectories (greedy: same tokens for every policy; features and
 accept lengths exact), with per-tree step costs from the step-cost probe (one engine run over
---cost-prompts calibration prompts drawing a random tree per step; 0: from `search throughput`):
+--cost-prompts calibration prompts, every tree decoding them side by side; 0: from `search throughput`):
 predicted tok/s.
 The best few are checked in the engine on --num-prompts calibration prompts, the best is written
 into the bank's `policy`, and a held-out run on --test-n test prompts compares AR, the reference
@@ -194,8 +194,9 @@ def add_actions(sub: argparse._SubParsersAction) -> None:
     calibrate.add_argument("--frontier", required=True, help="the frontier folder (its calibration trajectories)")
     calibrate.add_argument("--throughput", help="the throughput run's throughput.json (default: the bank's metadata)")
     calibrate.add_argument("--cost-prompts", type=int, default=8,
-                           help="calibration prompts of the step-cost probe, one engine run drawing a random tree per "
-                           "step; 0: take the step costs from the throughput run (default: %(default)s)")
+                           help="calibration prompts of the step-cost probe, where every tree decodes them as a static "
+                           "tree, the trees taking turns step by step; 0: take the step costs from the throughput run "
+                           "(default: %(default)s)")
     calibrate.add_argument("--dtype", choices=DTYPE_CHOICES, default="bfloat16",
                            help="precision of the engine runs (default: %(default)s; the replay uses the frontier's)")
     calibrate.add_argument("-n", "--num-prompts", type=int, default=10,

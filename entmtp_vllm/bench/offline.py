@@ -30,6 +30,7 @@ import os
 import platform
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -202,6 +203,21 @@ def _build_engines(config: OfflineBenchConfig, model, tokenizer):
     return engines
 
 
+def decode_in_turns(decoders: dict[str, Iterator]) -> dict[str, Any]:
+    """Advance every `ReferenceEngine.decode` generator one step per turn, in the dict's order,
+    until each has yielded its `Generation`; returns them by key. Each generation times only
+    its own steps, so all of them meet the same machine load, within a turn of each other."""
+    running = dict(decoders)
+    done: dict[str, Any] = {}
+    while running:
+        for key in list(running):
+            item = next(running[key])
+            if item is not None:  # the Generation: this one is finished
+                done[key] = item
+                del running[key]
+    return done
+
+
 def bench_prompts(config: OfflineBenchConfig) -> list:
     """The run's prompts (`prompts.Prompt`), every data set in turn."""
     from entmtp_vllm.prompts import load_prompts
@@ -272,15 +288,7 @@ def run_offline(config: OfflineBenchConfig, progress: bool = True, log=print) ->
         (interleave "prompt"), or all of them advanced one decode step per turn ("step")."""
         if config.interleave == "prompt":
             return {label: generate(label, ids, index) for label in order}
-        running = {label: decode(label, ids, index) for label in order}
-        done: dict[str, Any] = {}
-        while running:
-            for label in list(running):
-                item = next(running[label])
-                if item is not None:  # the Generation: this method is finished
-                    done[label] = item
-                    del running[label]
-        return done
+        return decode_in_turns({label: decode(label, ids, index) for label in order})
 
     by_label = {m.label: m for m in config.methods}
     labels = [m.label for m in config.methods]
