@@ -52,7 +52,7 @@ as debias.md + debias.json, and bank_debiased.json (self τ and tok/s as `measur
 THROUGHPUT_DESCRIPTION = """\
 Time chosen frontier trees, the published reference tree and AR end to end in the reference
 engine, with the protocol of `entmtp bench offline` (its own run: one warm-up generation per
-method excluded, prefill timed, methods taking turns prompt by prompt), greedy. Prompts: the
+method excluded, prefill timed, methods taking turns step by step), greedy. Prompts: the
 frontier data set's --split (default test: held out from the calibration). Keeps the
 throughput-Pareto frontier trees (no other tree at most as large and at least as fast) as
 bank_throughput.json (measured τ and tok/s filled; policy: static on the fastest tree, EntMTP*),

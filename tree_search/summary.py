@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from entmtp_vllm.bench.offline import parse_methods
+from entmtp_vllm.bench.offline import parse_methods, turns_text
 from entmtp_vllm.bench.paired import paired_text
 from entmtp_vllm.tree import Tree
 from tree_search.calibrate import policy_string
@@ -104,7 +104,7 @@ def compare_summary(offline: dict[str, Any]) -> dict[str, Any] | None:
 
     method = lambda label, m: {"policy": policy_of(label), "tokens_per_second": m["tokens_per_second"],  # noqa: E731
                                "tau": m["mean_accept_length"], "speedup": m["speedup"]}
-    return {"prompts": offline["num_prompts"], "dtype": offline["machine"]["dtype"],
+    return {"prompts": offline["num_prompts"], "dtype": offline["machine"]["dtype"], "turns": turns_text(offline["config"]),
             "baseline": method(baseline, offline["methods"][baseline]),
             "rows": [{**method(label, m), "vs_baseline": m["vs_baseline"]} for label, m in offline["methods"].items()
                      if label != baseline and m["kind"] != "ar"]}
@@ -124,7 +124,7 @@ def compare_table(tasks: Sequence[dict[str, Any]]) -> list[str]:
             lines.append(f"| {t['label']} | {c['prompts']} | `{c['baseline']['policy']}` | {cell(c['baseline'])} | "
                          f"`{r['policy']}` | {cell(r)} | {paired_text(r['vs_baseline'])} | "
                          f"{r['vs_baseline']['faster_prompts']}/{r['vs_baseline']['prompts']} |")
-    lines += ["", f"{runs[0][1]['dtype']}, greedy, the methods taking turns prompt by prompt (`bench offline --baseline 2`). "
+    lines += ["", f"{runs[0][1]['dtype']}, greedy, the methods taking turns {runs[0][1]['turns']} (`bench offline --baseline 2`). "
               "Baseline: calibrate's best static tree; compared: the bank with its calibrated policy (EntMTP^τ), and the "
               "throughput run's best static tree where that is another. × baseline: tok/s ratio over the same prompts, "
               "95% interval from resampling the prompts (bootstrap); prompts faster: prompts on which the compared "

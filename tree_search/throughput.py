@@ -3,7 +3,7 @@
 Chosen trees of an acceptance frontier (sizes on its growth path), the published reference
 tree and AR run end to end in the reference engine with the timed protocol of
 `entmtp bench offline` (its `run_offline` itself: one warm-up generation per method excluded,
-prefill included in the timed region, methods taking turns prompt by prompt). The trees are
+prefill included in the timed region, methods taking turns step by step). The trees are
 handed to it as methods `tree:<candidates.json>#n<size>`, where `candidates.json` is an
 `entmtp-bank` with every measured tree.
 
@@ -239,6 +239,8 @@ def throughput_bank(results: dict[str, Any], bank_path: Path) -> BankFile:
 
 
 def throughput_markdown(results: dict[str, Any]) -> str:
+    from entmtp_vllm.bench.offline import turns_text
+
     settings, machine = results["settings"], results["machine"]
     ar = results["ar"]
     lines = [
@@ -246,8 +248,8 @@ def throughput_markdown(results: dict[str, Any]) -> str:
         "",
         f"{results['num_prompts']} {settings['dataset']} prompts ({results['split']} split, seed {results['bench']['seed']}), "
         f"{results['bench']['max_tokens']} new tokens, {machine['dtype']}, {machine['threads']} thread(s), greedy; "
-        f"{machine['cpu']}; `entmtp bench offline` protocol (warm-up excluded, prefill timed, methods take turns "
-        f"prompt by prompt). Wall time {results['wall_time_s']:.0f} s.",
+        f"{machine['cpu']}; `entmtp bench offline` protocol (warm-up excluded, prefill timed, methods taking turns "
+        f"{turns_text(results['bench'])}). Wall time {results['wall_time_s']:.0f} s.",
         "",
         "ρ = tok/s over AR's in the same run; τ = self-rollout mean accept length; frontier τ = the acceptance "
         "frontier's what-if τ (calibration split, float32); step = mean decode-step time (prefill excluded). "

@@ -203,6 +203,12 @@ def _build_engines(config: OfflineBenchConfig, model, tokenizer):
     return engines
 
 
+def turns_text(config: dict[str, Any]) -> str:
+    """How the methods of a run (its JSON `config`) took turns, in words; runs made before
+    `interleave` existed took turns prompt by prompt."""
+    return "step by step" if config.get("interleave", "prompt") == "step" else "prompt by prompt"
+
+
 def decode_in_turns(decoders: dict[str, Iterator]) -> dict[str, Any]:
     """Advance every `ReferenceEngine.decode` generator one step per turn, in the dict's order,
     until each has yielded its `Generation`; returns them by key. Each generation times only
@@ -408,7 +414,7 @@ def markdown_report(results: dict[str, Any]) -> str:
         f"Offline benchmark — {', '.join(cfg['datasets'])}, {results['num_prompts']} prompts, "
         f"{cfg['max_tokens']} new tokens, {machine['dtype']}, {machine['threads']} thread(s), "
         f"T={cfg['temperature']}, acceptance {cfg['acceptance']}; {machine['cpu']}; {machine['date']}"
-        + f"; methods take turns by {cfg.get('interleave', 'prompt')}"
+        + f"; methods taking turns {turns_text(cfg)}"
         + (f"; each prompt's time: the fastest of {cfg['repeats']} runs" if cfg.get("repeats", 1) > 1 else ""),
         "",
         "| method | tok/s | ρ vs AR | × baseline [95%] | τ (mean accept length) | nodes/step | tokens | time (s)"

@@ -40,7 +40,7 @@ def test_bench_offline_end_to_end(tiny, tmp_path, capsys):
     results = json.loads((out / "offline.json").read_text())
     assert list(results["methods"]) == ["ar", "tree:full:2,1", f"bank:{bank}", "medusa:chain:3"]
     assert results["num_prompts"] == 4 and results["machine"]["threads"] == 1
-    assert results["config"]["interleave"] == "step" and "methods take turns by step" in table
+    assert results["config"]["interleave"] == "step" and "methods taking turns step by step" in table
     for label, summary in results["methods"].items():
         assert summary["mismatches"] == 0 and len(summary["prompts"]) == 4
         assert summary["tokens_per_second"] > 0 and summary["speedup"] > 0
@@ -90,7 +90,7 @@ def test_bench_offline_step_turns_with_repeats(tiny, tmp_path, capsys):
             "--interleave", "prompt", "--repeats", "2", "--out", str(out), "--no-progress"]
     assert main(argv) == 0, capsys.readouterr().err
     table = capsys.readouterr().out
-    assert "methods take turns by prompt" in table and "the fastest of 2 runs" in table
+    assert "methods taking turns prompt by prompt" in table and "the fastest of 2 runs" in table
     results = json.loads((out / "offline.json").read_text())
     assert results["config"]["interleave"] == "prompt" and results["config"]["repeats"] == 2
     for summary in results["methods"].values():
