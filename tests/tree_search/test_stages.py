@@ -42,6 +42,7 @@ def test_throughput_calibrate_regimes(frontier_dir, tiny_folders, capsys):
                    "-n", "2", "--dtype", "float32", "--no-progress"]) == 0
     table = capsys.readouterr().out
     assert "# Throughput frontier" in table and "| AR |" in table and "`full:2,1`" in table
+    assert "methods taking turns step by step" in table
     result = json.loads((out / "throughput" / "throughput.json").read_text())
     assert result["split"] == "test" and result["num_prompts"] == 2
     assert result["bench"]["methods"][0] == "ar" and len(result["bench"]["methods"]) == 5
@@ -136,6 +137,7 @@ def test_summary_reports_and_copies(frontier_dir, tiny_folders, tmp_path, capsys
     compared = next(line for line in text.split("timed on more held-out prompts")[1].splitlines() if "| mt_bench |" in line)
     assert f"| `{static}` |" in compared and f"| `{policy_string(load_bank(bank).policy)}` |" in compared
     assert task["compare"]["rows"][0]["vs_baseline"]["prompts"] == 2
+    assert "the methods taking turns step by step (`bench offline --baseline 2`)" in text
     for name in ("frontier.md", "throughput/bank_throughput.json", "calibrate/calibrate.md", "regimes/regimes.png",
                  "compare/offline.md"):
         assert (tmp_path / "docs" / "mt_bench" / name).is_file()
