@@ -46,14 +46,20 @@ for TASK in "$@"; do
             -n "$CHECK_N" --test-n "$TEST_N" --reference mc_sim_7b_63 --heldout "$D/heldout_replay" --threads 1 \
             --no-progress || true ;;
       compare)
-        # EntMTP* (calibrate's best static; also the throughput run's when another) against the bank's policy
+        # the bank's policy against EntMTP* (calibrate's best static, the baseline) and against every
+        # other tree the policy switches between and the throughput run's best static, each as a static tree
         [ -f "$D/compare/offline.json" ] && continue
         B=$D/throughput/bank_throughput.json
-        S=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['best']['static'])" "$D/calibrate/calibrate.json") || continue 2
-        S2=static:$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['metadata']['best_static'])" "$B")
-        M="ar,bank:$B:$S"; [ "$S2" != "$S" ] && M="$M,bank:$B:$S2"
+        M=$(.venv/bin/python - "$D/calibrate/calibrate.json" "$B" <<'PY'
+import json, sys
+from tree_search.calibrate import policy_trees
+best, bank = json.load(open(sys.argv[1]))["best"]["static"], json.load(open(sys.argv[2]))
+statics = [best] + [f"static:{t}" for t in policy_trees(bank["policy"]) + [bank["metadata"]["best_static"]]]
+print(",".join(["ar"] + [f"bank:{sys.argv[2]}:{s}" for s in dict.fromkeys(statics)] + [f"bank:{sys.argv[2]}"]))
+PY
+) || continue 2
         run $E bench offline --dataset "$TASK" --split test -n "$COMPARE_N" --dtype bfloat16 --threads 1 \
-            --methods "$M,bank:$B" --baseline 2 --out "$D/compare" --no-progress || true ;;
+            --methods "$M" --baseline 2 --out "$D/compare" --no-progress || true ;;
       regimes)
         [ -f "$D/regimes/regimes.json" ] && continue
         run $E search regimes --frontier "$D" --tree n16 --source replay --check-n 2 -n 100 --threads 1 \
