@@ -9,10 +9,11 @@ fraction of a second, each at the context lengths it reaches itself.
 
 A step's cost is its `StepRecord.time_s` (features, policy, draft, verify, accept, KV compaction),
 averaged per tree, with its standard error over steps; the prefill cost per prompt token comes
-from the same generations. On gsm8k (SmolLM2-135M, bf16, the 8 calibration prompts) this gave
-`n4` − `n2` = 6.1 ms per step, like 6.25 ms in a 16-prompt run of the same kind on test prompts;
-the earlier probe, one engine drawing a random tree at every step, gave 7.5 ms, enough to turn
-the choice of the best static tree (docs/search/README.md).
+from the same generations. On gsm8k (SmolLM2-135M, bf16, the 8 calibration prompts, nothing else
+running) this gave `n4` at 1.098× `n2`'s step time, like 1.097× in a 16-prompt run of the same
+kind on test prompts; with another calibrate sharing the machine it gave 1.110×. The earlier
+probe, one engine drawing a random tree at every step, gave 1.121×: enough to turn the choice
+of the best static tree (docs/search/README.md).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from entmtp_vllm.bench.offline import parse_methods, turns_text
-from entmtp_vllm.bench.paired import paired_text
+from entmtp_vllm.bench.paired import paired_speed, paired_text
 from entmtp_vllm.tree import Tree
 from tree_search.calibrate import policy_string
 
@@ -104,10 +104,19 @@ def compare_summary(offline: dict[str, Any]) -> dict[str, Any] | None:
 
     method = lambda label, m: {"policy": policy_of(label), "tokens_per_second": m["tokens_per_second"],  # noqa: E731
                                "tau": m["mean_accept_length"], "speedup": m["speedup"]}
+    methods = offline["methods"]
+    statics = [label for label, m in methods.items() if m["kind"] != "ar" and policy_of(label).startswith("static:")]
+    fastest = max(statics, key=lambda label: methods[label]["tokens_per_second"], default=None)
+    rows = []
+    for label, m in methods.items():
+        if label == baseline or m["kind"] == "ar":
+            continue
+        row = {**method(label, m), "vs_baseline": m["vs_baseline"]}
+        if label not in statics and fastest not in (None, baseline):  # a policy: also against the fastest static
+            row["vs_fastest_static"] = {"static": policy_of(fastest), **paired_speed(m, methods[fastest])}
+        rows.append(row)
     return {"prompts": offline["num_prompts"], "dtype": offline["machine"]["dtype"], "turns": turns_text(offline["config"]),
-            "baseline": method(baseline, offline["methods"][baseline]),
-            "rows": [{**method(label, m), "vs_baseline": m["vs_baseline"]} for label, m in offline["methods"].items()
-                     if label != baseline and m["kind"] != "ar"]}
+            "baseline": method(baseline, methods[baseline]), "rows": rows}
 
 
 def compare_table(tasks: Sequence[dict[str, Any]]) -> list[str]:
@@ -116,17 +125,22 @@ def compare_table(tasks: Sequence[dict[str, Any]]) -> list[str]:
     if not runs:
         return []
     lines = ["", "### EntMTP^τ ÷ EntMTP*, timed on more held-out prompts (`compare/`)", "",
-             "| task | prompts | EntMTP* (baseline) | tok/s (ρ, τ) | compared | tok/s (ρ, τ) | × baseline [95%] | prompts faster |",
-             "|---|---:|---|---|---|---|---|---:|"]
+             "| task | prompts | EntMTP* (baseline) | tok/s (ρ, τ) | compared | tok/s (ρ, τ) | × baseline [95%] | prompts faster "
+             "| × the run's fastest static [95%] |",
+             "|---|---:|---|---|---|---|---|---:|---|"]
     cell = lambda m: f"{m['tokens_per_second']:.2f} ({m['speedup']:.3f}×, {m['tau']:.3f})"  # noqa: E731
     for t, c in runs:
         for r in c["rows"]:
+            fastest = r.get("vs_fastest_static")
+            versus = f"{paired_text(fastest)} (`{fastest['static']}`)" if fastest else "–"
             lines.append(f"| {t['label']} | {c['prompts']} | `{c['baseline']['policy']}` | {cell(c['baseline'])} | "
                          f"`{r['policy']}` | {cell(r)} | {paired_text(r['vs_baseline'])} | "
-                         f"{r['vs_baseline']['faster_prompts']}/{r['vs_baseline']['prompts']} |")
+                         f"{r['vs_baseline']['faster_prompts']}/{r['vs_baseline']['prompts']} | {versus} |")
     lines += ["", f"{runs[0][1]['dtype']}, greedy, the methods taking turns {runs[0][1]['turns']} (`bench offline --baseline 2`). "
-              "Baseline: calibrate's best static tree; compared: the bank with its calibrated policy (EntMTP^τ), and the "
-              "throughput run's best static tree where that is another. × baseline: tok/s ratio over the same prompts, "
+              "Baseline: calibrate's best static tree; compared: the bank with its calibrated policy (EntMTP^τ), each "
+              "other tree the policy uses and the throughput run's best static tree, as static trees. × the run's "
+              "fastest static: the policy against the static tree with the highest tok/s in the same run, when that is "
+              "not the baseline. × baseline: tok/s ratio over the same prompts, "
               "95% interval from resampling the prompts (bootstrap); prompts faster: prompts on which the compared "
               "method had the higher tok/s."]
     return lines
