@@ -37,7 +37,7 @@ def probe_step_costs(bench_cfg, trees: Sequence[tuple[str, Tree]], progress: boo
     import torch
     from tqdm import tqdm
 
-    from entmtp_vllm.bench.offline import bench_prompts, decode_in_turns, encode_prompts
+    from entmtp_vllm.bench.offline import bench_prompts, decode_in_turns, encode_prompts, turn_order
     from entmtp_vllm.config import SamplingParams
     from entmtp_vllm.engine.loading import load_drafter, load_target
     from entmtp_vllm.engine.reference import ReferenceEngine
@@ -63,10 +63,8 @@ def probe_step_costs(bench_cfg, trees: Sequence[tuple[str, Tree]], progress: boo
     times: dict[str, list[float]] = {name: [] for name in names}
     prefill_s = prompt_tokens = 0.0
     for index, ids in enumerate(tqdm(encoded, desc="step costs", unit="prompt", disable=not progress)):
-        shift = index % len(names)
-        order = names[shift:] + names[:shift]
         gens = decode_in_turns({name: engines[name].decode(ids, bench_cfg.max_tokens, sampling=greedy,
-                                                           acceptance="greedy") for name in order})
+                                                           acceptance="greedy") for name in turn_order(names, index)})
         for name, gen in gens.items():
             times[name].extend(step.time_s for step in gen.steps)
             prefill_s += gen.prefill_time_s

@@ -209,6 +209,13 @@ def turns_text(config: dict[str, Any]) -> str:
     return "step by step" if config.get("interleave", "prompt") == "step" else "prompt by prompt"
 
 
+def turn_order(labels: list[str], index: int) -> list[str]:
+    """The order in which the methods take turns on prompt `index`: rotated by one per prompt,
+    so that no method always goes first."""
+    shift = index % len(labels)
+    return labels[shift:] + labels[:shift]
+
+
 def decode_in_turns(decoders: dict[str, Iterator]) -> dict[str, Any]:
     """Advance every `ReferenceEngine.decode` generator one step per turn, in the dict's order,
     until each has yielded its `Generation`; returns them by key. Each generation times only
@@ -310,10 +317,9 @@ def run_offline(config: OfflineBenchConfig, progress: bool = True, log=print) ->
         for i, label in enumerate(labels)
     }
     for index, (prompt, ids) in enumerate(zip(prompts, encoded)):
-        shift = index % len(labels)
         runs: dict[str, list] = {label: [] for label in labels}
         for _ in range(config.repeats):
-            for label, gen in turns(labels[shift:] + labels[:shift], ids, index).items():
+            for label, gen in turns(turn_order(labels, index), ids, index).items():
                 runs[label].append(gen)
         for label in labels:
             gen = min(runs[label], key=lambda g: g.total_time_s)

@@ -12,7 +12,7 @@ from entmtp_vllm.errors import EntMTPError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from entmtp_vllm.bench.offline import METHOD_FORMS
+    from entmtp_vllm.bench.offline import INTERLEAVE_MODES, METHOD_FORMS
 
     parser = subparsers.add_parser("bench", help="benchmark decoding methods")
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
@@ -56,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     offline.add_argument(
         "--interleave",
-        choices=["prompt", "step"],
+        choices=INTERLEAVE_MODES,
         default="step",
         help="how the methods take turns: a whole generation each (prompt), or one decode step each, all "
         "methods decoding the prompt side by side and each counting only its own steps' time (step: pairs "
