@@ -101,3 +101,23 @@ class EmbeddedModel(_Config):
 
 
 EMBEDDED_MODEL = EmbeddedModel()
+
+
+class KVCacheSizing(_Config):
+    """How `entmtp serve` sizes vLLM's KV cache on CPU when the user passes no size.
+
+    vLLM's CPU worker otherwise reserves `--gpu-memory-utilization` (0.92) of its NUMA node's
+    memory and refuses to start unless that much is free; an explicit `--kv-cache-memory-bytes`
+    skips that check, so the front door passes one computed from the model and the machine."""
+
+    share_of_available: float = Field(0.5, gt=0.0, le=0.95)
+    """At most this fraction of the memory available on the worker's NUMA node (free + page
+    cache + reclaimable slab, as vLLM counts it) at start-up goes to the KV cache; the rest is
+    left for the weights, activations and everything else running on the machine."""
+
+    full_sequences: int = Field(16, ge=1)
+    """Never more than this many sequences of `max_model_len` tokens: a cache larger than that
+    buys nothing on a CPU, which decodes far fewer sequences at once."""
+
+
+KV_CACHE_SIZING = KVCacheSizing()

@@ -49,6 +49,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.serve_command import ServeCommand, ServeOptions, build_serve_command
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 DEFAULT_CONCURRENCY = (1, 4, 16)
@@ -165,9 +166,9 @@ class CompareConfig(ServeBenchConfig):
     eager: bool = True
     """Pass `--enforce-eager` to every server (as `entmtp serve` does by default)."""
 
-    uniproc: bool = True
-    """Pass `--distributed-executor-backend uni` to every server (as `entmtp serve` does by
-    default): vLLM's worker inside the engine-core process."""
+    in_process: bool = False
+    """Run every server's engine core and worker inside its API server process
+    (`ServeOptions.in_process`; `entmtp serve --in-process`). Off: vLLM's own process layout."""
 
     health_timeout: float = Field(default=600.0, gt=0)
     """Seconds a server may take to answer `/health` before the comparison fails."""
@@ -1060,17 +1061,16 @@ class ServerProcess:
         self.stop()
 
 
-def _entmtp_command(config: CompareConfig, model: str) -> list[str]:
+def _entmtp_command(config: CompareConfig, model: str) -> ServeCommand:
     """`vllm serve` with EntMTP, built by `entmtp serve`'s own command builder."""
-    from entmtp_vllm.cli.serve_cmd import build_command
-
-    args = argparse.Namespace(
-        model=model, heads=config.heads, bank=config.bank, tree=config.tree, policy=config.policy,
-        acceptance=config.acceptance, config=config.entmtp_config,
-        num_speculative_tokens=config.num_speculative_tokens, dtype=None,
-        eager=config.eager, uniproc=config.uniproc, dry_run=False, vllm_args=list(config.server_args),
+    return build_serve_command(
+        ServeOptions(
+            model=model, heads=config.heads, bank=config.bank, tree=config.tree, policy=config.policy,
+            acceptance=config.acceptance, config=config.entmtp_config,
+            num_speculative_tokens=config.num_speculative_tokens, eager=config.eager,
+            in_process=config.in_process, vllm_args=list(config.server_args),
+        )
     )
-    return build_command(args)
 
 
 def _strip_option(command: list[str], option: str) -> list[str]:
@@ -1088,11 +1088,11 @@ def _strip_option(command: list[str], option: str) -> list[str]:
     return out
 
 
-def server_commands(config: CompareConfig, model: str, host: str, port: int) -> dict[str, list[str]]:
+def server_commands(config: CompareConfig, entmtp: ServeCommand, host: str, port: int) -> dict[str, ServeCommand]:
     """The command line of each method's server. All share one base (the EntMTP command
-    without its speculation options), so model, dtype, eager and extra arguments are identical."""
-    entmtp = _entmtp_command(config, model)
-    plain = _strip_option(_strip_option(entmtp, "--speculative-config"), "--additional-config")
+    without its speculation options), so model, dtype, eager, KV cache size, process layout and
+    extra arguments are identical."""
+    plain = _strip_option(_strip_option(entmtp.argv, "--speculative-config"), "--additional-config")
     ngram = plain + [
         "--speculative-config",
         json.dumps(
@@ -1105,8 +1105,8 @@ def server_commands(config: CompareConfig, model: str, host: str, port: int) -> 
         ),
     ]
     where = ["--host", host, "--port", str(port)]
-    commands = {"vllm": plain + where, "ngram": ngram + where, "entmtp": entmtp + where}
-    return {method: commands[method] for method in config.methods}
+    commands = {"vllm": plain + where, "ngram": ngram + where, "entmtp": entmtp.argv + where}
+    return {method: ServeCommand(commands[method], dict(entmtp.env), list(entmtp.notes)) for method in config.methods}
 
 
 def run_compare(config: CompareConfig, progress: bool = True, log=print) -> dict[str, Any]:
@@ -1118,7 +1118,10 @@ def run_compare(config: CompareConfig, progress: bool = True, log=print) -> dict
     model = resolve_model(config.model)
     out = _out_dir(config.out) if config.out else Path(tempfile.mkdtemp(prefix="entmtp-compare-"))
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    _entmtp_command(config, model)  # EntMTP settings errors before any server starts
+    # EntMTP settings errors before any server starts; one command (one KV cache size) for all
+    entmtp = _entmtp_command(config, model)
+    for note in entmtp.notes:
+        log(f"every server: {note}")
     rounds: list[dict[str, Any]] = []
     for round_index in range(config.rounds):
         order = round_order(list(config.methods), round_index)
@@ -1126,7 +1129,7 @@ def run_compare(config: CompareConfig, progress: bool = True, log=print) -> dict
         for method in order:
             if config.rounds > 1:
                 log(f"round {round_index + 1}/{config.rounds}: {method}")
-            runs[method] = _measure_server(config, model, method, prompts, out, progress, log, round_index)
+            runs[method] = _measure_server(config, entmtp, method, prompts, out, progress, log, round_index)
         # the table keeps the configured method order whatever the round's order
         runs = {method: runs[method] for method in config.methods}
         rounds.append({"order": order, "runs": runs, "table": compare_table(runs)})
@@ -1148,17 +1151,19 @@ def run_compare(config: CompareConfig, progress: bool = True, log=print) -> dict
 
 
 def _measure_server(
-    config: CompareConfig, model: str, method: str, prompts: list[str], out: Path, progress: bool, log, round_index: int
+    config: CompareConfig, entmtp: ServeCommand, method: str, prompts: list[str], out: Path, progress: bool, log,
+    round_index: int,
 ) -> dict[str, Any]:
     """Start `method`'s server, run every level against it, stop it."""
     port = free_port(config.host)
-    command = server_commands(config, model, config.host, port)[method]
+    built = server_commands(config, entmtp, config.host, port)[method]
+    command = built.argv
     base_url = f"http://{config.host}:{port}/v1"
     metrics_dir = tempfile.mkdtemp(prefix=f"entmtp-prometheus-{method}-")
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}
+    env = {**os.environ, **built.env, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}
     suffix = f"-r{round_index + 1}" if config.rounds > 1 else ""
     log_path = out / f"server-{method}{suffix}.log"
-    log(f"[{method}] starting: {shlex.join(command)}  (log: {log_path})")
+    log(f"[{method}] starting: {built.shell()}  (log: {log_path})")
     t0 = time.monotonic()
     server = ServerProcess(command, log_path, base_url, env=env, name=method)
     try:
@@ -1168,7 +1173,7 @@ def _measure_server(
             key: getattr(config, key) for key in ServeBenchConfig.model_fields if key not in ("base_url", "model")
         }, base_url=base_url, model=None)
         found = asyncio.run(_bench_async(bench_config, prompts, progress, label=method))
-        return {"command": command, "log": str(log_path), "levels": found["levels"], "served_model": found["model"]}
+        return {"command": command, "env": built.env, "log": str(log_path), "levels": found["levels"], "served_model": found["model"]}
     finally:
         server.stop()
         shutil.rmtree(metrics_dir, ignore_errors=True)

@@ -105,10 +105,11 @@ def register_serve(sub: argparse._SubParsersAction) -> None:
     group.add_argument("--health-timeout", type=float, default=600.0,
                        help="seconds a server may take to become healthy (default: %(default)s)")
     group.add_argument("--eager", action=argparse.BooleanOptionalAction, default=True,
-                       help="pass --enforce-eager to every server (default on)")
-    group.add_argument("--uniproc", action=argparse.BooleanOptionalAction, default=True,
-                       help="pass --distributed-executor-backend uni to every server, as entmtp serve does "
-                       "(default on; left out when --server-args choose an executor or several devices)")
+                       help="on CPU, pass --enforce-eager to every server (default on)")
+    group.add_argument("--in-process", action=argparse.BooleanOptionalAction, default=False,
+                       help="run every server's engine core and worker inside its API server process, as "
+                       "entmtp serve --in-process does (default off: vLLM's own process layout). Every server also "
+                       "gets the same KV cache size, sized once for this machine unless --server-args give one")
     group.add_argument("--rounds", type=int, default=1,
                        help="start and measure every server this many times, the order rotated each round "
                        "(vllm,ngram,entmtp then ngram,entmtp,vllm, ...); the table shows each method's median round "
@@ -177,7 +178,7 @@ def run_serve_cmd(args: argparse.Namespace) -> int:
         methods=methods,
         server_args=server_args,
         eager=args.eager,
-        uniproc=args.uniproc,
+        in_process=args.in_process,
         health_timeout=args.health_timeout,
         ngram_num_speculative_tokens=ngram[0],
         ngram_prompt_lookup_max=ngram[1],

@@ -1,31 +1,21 @@
 """`entmtp serve`: start `vllm serve` with EntMTP, after checking the EntMTP settings.
 
-It builds the two JSON options vLLM needs (`--speculative-config` naming the EntMTP proposer,
-`--additional-config` with the EntMTP settings), validates them (one-line errors, before vLLM
-starts), prints the equivalent raw command, then execs it. Anything after `--` goes to
-`vllm serve` unchanged.
+The command is built by `entmtp_vllm.serve_command` (the two JSON options vLLM needs, validated
+with one-line errors before vLLM starts; on CPU `--enforce-eager` and a KV cache sized for this
+machine). This module only parses, prints the defaults it chose and the equivalent raw command,
+then execs it. Anything after `--` goes to `vllm serve` unchanged.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shlex
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 from entmtp_vllm.errors import EntMTPError
-from entmtp_vllm.model_store import resolve_model
-from entmtp_vllm.vllm_plugin.config import (
-    ADDITIONAL_CONFIG_KEY,
-    PROPOSER_CLASS,
-    heads_folder,
-    parse_config,
-    resolve,
-)
+from entmtp_vllm.serve_command import ServeOptions, build_serve_command
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,6 +24,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="serve a model with vLLM and EntMTP tree speculation (OpenAI-compatible)",
         description="Validate the EntMTP settings, print the equivalent `vllm serve` command and run it. "
         "Arguments after `--` are passed to `vllm serve` as they are. "
+        "On CPU, unless those arguments (or VLLM_CPU_KVCACHE_SPACE) give a size, the KV cache is sized for "
+        "this machine (--kv-cache-memory-bytes: half the memory available on the worker's NUMA node, at most "
+        "16 sequences of --max-model-len), since vLLM's CPU worker otherwise requires 92%% of that node free; "
+        "a size the machine cannot hold is refused in one line. "
         "Sets PROMETHEUS_MULTIPROC_DIR (a fresh folder) when unset, so that /metrics shows the "
         "entmtp_ series counted in the engine process.",
     )
@@ -53,76 +47,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="vLLM's draft budget per request (default: the largest tree's nodes minus the root)")
     parser.add_argument("--dtype", default=None, help="model dtype passed to vLLM (e.g. bfloat16, float32)")
     parser.add_argument("--eager", action=argparse.BooleanOptionalAction, default=True,
-                        help="pass --enforce-eager (default on: startup is much faster on CPU)")
-    parser.add_argument("--uniproc", action=argparse.BooleanOptionalAction, default=True,
-                        help="pass --distributed-executor-backend uni: the worker runs inside vLLM's engine-core "
-                        "process (on CPU vLLM otherwise starts it as another process, and every speculative step "
-                        "pays extra round trips to it); left out when the vLLM arguments choose an executor or "
-                        "more than one device (default on)")
+                        help="on CPU, pass --enforce-eager (start-up is much faster); never on a GPU, where vLLM's "
+                        "default compilation applies (default on)")
+    parser.add_argument("--in-process", action=argparse.BooleanOptionalAction, default=False,
+                        help="on CPU, run vLLM's engine core and worker inside the API server's process "
+                        "(VLLM_ENABLE_V1_MULTIPROCESSING=0 and --distributed-executor-backend uni; vLLM's CPU platform "
+                        "turns uni alone back into its multiprocess executor). Left out when the vLLM arguments "
+                        "choose an executor or several devices (default off: vLLM's own process layout)")
     parser.add_argument("--dry-run", action="store_true", help="print the command and exit")
     parser.add_argument("vllm_args", nargs=argparse.REMAINDER, help="-- then extra `vllm serve` arguments")
     parser.set_defaults(func=run)
 
 
-def build_command(args: argparse.Namespace) -> list[str]:
-    """The `vllm serve` command line for these arguments (validated)."""
-    settings: dict = {}  # only what differs from the plugin's defaults
-    for key in ("bank", "heads", "tree", "policy", "acceptance"):
-        value = getattr(args, key)
-        if value is not None:
-            settings[key] = str(Path(value).resolve()) if key in ("bank", "heads") and Path(value).exists() else value
-    if args.config:
-        try:
-            extra = json.loads(args.config)
-        except json.JSONDecodeError as exc:
-            raise EntMTPError(f"--config (bench serve: --entmtp-config): invalid JSON ({exc.msg})") from None
-        if not isinstance(extra, dict):
-            raise EntMTPError(f"--config (bench serve: --entmtp-config) must be a JSON object, got {type(extra).__name__}")
-        settings.update(extra)
-    resolved = resolve(parse_config(settings))
-    needed = resolved.bank.max_nodes - 1
-    num_spec = args.num_speculative_tokens if args.num_speculative_tokens is not None else needed
-    resolve(parse_config(settings), num_spec)  # too small a budget: a one-line error now
-    heads_folder(parse_config(settings))
-    executable = Path(sys.executable).with_name("vllm")
-    vllm = str(executable) if executable.exists() else (shutil.which("vllm") or "vllm")
-    command = [
-        vllm, "serve", resolve_model(args.model),
-        "--speculative-config", json.dumps({"model": PROPOSER_CLASS, "num_speculative_tokens": num_spec}),
-    ]
-    if settings:
-        command += ["--additional-config", json.dumps({ADDITIONAL_CONFIG_KEY: settings})]
-    if args.dtype:
-        command += ["--dtype", args.dtype]
-    if args.eager:
-        command.append("--enforce-eager")
-    extra = list(args.vllm_args)
-    if extra and extra[0] == "--":
-        extra = extra[1:]
-    if args.uniproc and not _chooses_executor(extra):
-        command += ["--distributed-executor-backend", "uni"]
-    return command + extra
-
-
-EXECUTOR_OPTIONS = ("--distributed-executor-backend", "--tensor-parallel-size", "-tp",
-                    "--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp")
-
-
-def _chooses_executor(vllm_args: list[str]) -> bool:
-    """Whether extra `vllm serve` arguments pick an executor or more than one device."""
-    return any(arg.split("=", 1)[0] in EXECUTOR_OPTIONS for arg in vllm_args)
+def options_from_args(args: argparse.Namespace) -> ServeOptions:
+    """The typed options of a parsed `entmtp serve` command line."""
+    return ServeOptions(
+        model=args.model, heads=args.heads, bank=args.bank, tree=args.tree, policy=args.policy,
+        acceptance=args.acceptance, config=args.config, num_speculative_tokens=args.num_speculative_tokens,
+        dtype=args.dtype, eager=args.eager, in_process=args.in_process, vllm_args=list(args.vllm_args),
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    command = build_command(args)
-    print(shlex.join(command), flush=True)
+    built = build_serve_command(options_from_args(args))
+    for note in built.notes:
+        print(f"# {note}", flush=True)
+    print(built.shell(), flush=True)
     if args.dry_run:
         return 0
+    command = built.argv
     if not Path(command[0]).exists() and shutil.which(command[0]) is None:
         raise EntMTPError("the `vllm` command is not installed: run `make setup` (CPU) or `pip install 'entmtp-vllm[gpu]'`")
     if "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
         # The entmtp_ counters live in the engine process; with a multiprocess directory
         # vLLM's /metrics aggregates every process's series (entmtp_vllm/vllm_plugin/metrics.py).
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="entmtp-prometheus-")
-    os.execv(command[0] if Path(command[0]).exists() else shutil.which(command[0]), command)
+    os.execve(command[0] if Path(command[0]).exists() else shutil.which(command[0]), command,
+              {**os.environ, **built.env})
     return 0  # not reached

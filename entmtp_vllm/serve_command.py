@@ -1,0 +1,230 @@
+"""The `vllm serve` command line of `entmtp serve`, built from typed options (no vLLM import).
+
+`build_serve_command(ServeOptions(...))` checks the EntMTP settings (one-line `EntMTPError`s
+before anything starts), then returns the command, the environment variables the server needs
+and what was decided for the user. `entmtp serve` and the serving benchmark's comparison both
+call it, so every server they start gets the same arguments.
+
+Platform defaults apply on CPU only (no CUDA device visible to torch): `--enforce-eager`, and a
+KV cache sized from the model and the machine (`kv_cache_size.auto_kv_cache_bytes`) unless the
+vLLM arguments or `VLLM_CPU_KVCACHE_SPACE` give one; sizes the user gave are checked against the
+machine first. On a GPU vLLM's own defaults stand (CUDA graphs, its memory profiling).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.kv_cache_size import (
+    GIB,
+    NodeMemory,
+    auto_kv_cache_bytes,
+    check_explicit_memory,
+    model_shape,
+    node_memory,
+    parse_size,
+)
+from entmtp_vllm.model_store import resolve_model
+from entmtp_vllm.vllm_plugin.config import ADDITIONAL_CONFIG_KEY, PROPOSER_CLASS, heads_folder, parse_config, resolve
+
+IN_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+"""What makes vLLM on CPU keep `--distributed-executor-backend uni` (its CPU platform turns `uni`
+into `mp` otherwise, `platforms/cpu.py` `check_and_update_config`): engine core and worker run in
+the API server's process."""
+
+EXECUTOR_OPTIONS = ("--distributed-executor-backend", "--tensor-parallel-size", "-tp",
+                    "--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp")
+
+
+class ServeOptions(BaseModel):
+    """What `entmtp serve` (and the serving benchmark's EntMTP server) is asked for."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, extra="forbid", frozen=True)
+
+    model: str | None = None
+    """Model folder or hub id; None: the embedded SmolLM2 (prepared on first use)."""
+
+    heads: str | None = None
+    """Heads folder; None: the shipped Hydra heads."""
+
+    bank: str | None = None
+    """Bank file, choices JSON or tree shape; None: the plugin's default bank."""
+
+    tree: str | None = None
+    """Keep only this tree of the bank."""
+
+    policy: str | None = None
+    """Policy string; None: the bank's own."""
+
+    acceptance: Literal["greedy", "typical", "lossless"] | None = None
+    """Acceptance rule for sampled requests; None: the plugin's default (lossless)."""
+
+    config: str | dict[str, Any] | None = None
+    """Further EntMTP settings (a JSON object, or its text), applied over the options above."""
+
+    num_speculative_tokens: int | None = Field(default=None, ge=1)
+    """vLLM's draft budget per request; None: the largest tree's nodes minus the root."""
+
+    dtype: str | None = None
+    """Model dtype passed to vLLM (`--dtype`)."""
+
+    eager: bool = True
+    """On CPU, pass `--enforce-eager` (start-up is much faster). Never on a GPU, where vLLM's
+    default compilation (piecewise CUDA graphs) applies."""
+
+    in_process: bool = False
+    """On CPU, run vLLM's engine core and worker inside the API server's process
+    (`VLLM_ENABLE_V1_MULTIPROCESSING=0` + `--distributed-executor-backend uni`). Off: vLLM's own
+    layout (engine core and worker in their own processes; on CPU `uni` alone would be turned
+    back into `mp`)."""
+
+    vllm_args: list[str] = Field(default_factory=list)
+    """Extra `vllm serve` arguments, passed as they are (a leading `--` is dropped)."""
+
+
+@dataclass
+class ServeCommand:
+    """A `vllm serve` invocation: its arguments, the variables to set, and why."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    """Variables the server needs on top of the caller's environment."""
+    notes: list[str] = field(default_factory=list)
+    """Defaults chosen for the user, one line each (printed by `entmtp serve`)."""
+
+    def shell(self) -> str:
+        """The command as one shell line, variables first."""
+        return shlex.join([f"{key}={value}" for key, value in self.env.items()] + self.argv)
+
+
+def _settings(options: ServeOptions) -> dict[str, Any]:
+    """The EntMTP settings that differ from the plugin's defaults."""
+    settings: dict[str, Any] = {}
+    for key in ("bank", "heads", "tree", "policy", "acceptance"):
+        value = getattr(options, key)
+        if value is not None:
+            settings[key] = str(Path(value).resolve()) if key in ("bank", "heads") and Path(value).exists() else value
+    extra = options.config
+    if isinstance(extra, str):
+        try:
+            extra = json.loads(extra)
+        except json.JSONDecodeError as exc:
+            raise EntMTPError(f"--config (bench serve: --entmtp-config): invalid JSON ({exc.msg})") from None
+    if extra is not None and not isinstance(extra, dict):
+        raise EntMTPError(f"--config (bench serve: --entmtp-config) must be a JSON object, got {type(extra).__name__}")
+    settings.update(extra or {})
+    return settings
+
+
+def option_value(args: list[str], *names: str) -> str | None:
+    """The last value given to one of `names` in a vLLM argument list (`--x v` or `--x=v`)."""
+    found = None
+    for i, arg in enumerate(args):
+        name, equals, value = arg.partition("=")
+        if name in names:
+            if equals:
+                found = value
+            elif i + 1 < len(args):
+                found = args[i + 1]
+    return found
+
+
+def chooses_executor(vllm_args: list[str]) -> bool:
+    """Whether extra `vllm serve` arguments pick an executor or more than one device."""
+    return any(arg.split("=", 1)[0] in EXECUTOR_OPTIONS for arg in vllm_args)
+
+
+def on_cpu() -> bool:
+    """Whether vLLM will run on the CPU here (no CUDA device visible to torch)."""
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def vllm_executable() -> str:
+    executable = Path(sys.executable).with_name("vllm")
+    return str(executable) if executable.exists() else (shutil.which("vllm") or "vllm")
+
+
+def cpu_memory_args(
+    model: str, options: ServeOptions, extra: list[str], memory: NodeMemory, environ: dict[str, str]
+) -> tuple[list[str], list[str]]:
+    """(arguments to add, notes): the KV cache size on CPU, or a check of the one given."""
+    utilization = option_value(extra, "--gpu-memory-utilization")
+    explicit = option_value(extra, "--kv-cache-memory-bytes")
+    if explicit is not None and explicit not in ("-1", "auto"):
+        check_explicit_memory(parse_size(explicit, "--kv-cache-memory-bytes"), None, memory)
+        return [], []
+    legacy = environ.get("VLLM_CPU_KVCACHE_SPACE")
+    if legacy:
+        try:
+            legacy_bytes = int(float(legacy) * GIB)
+        except ValueError:
+            raise EntMTPError(f"VLLM_CPU_KVCACHE_SPACE={legacy!r}: not a number of GiB") from None
+        check_explicit_memory(legacy_bytes, None, memory, source=f"VLLM_CPU_KVCACHE_SPACE={legacy}")
+        return [], []
+    if utilization is not None:
+        try:
+            value = float(utilization)
+        except ValueError:
+            raise EntMTPError(f"--gpu-memory-utilization {utilization!r}: not a number") from None
+        check_explicit_memory(None, value, memory)
+        return [], []
+    length = option_value(extra, "--max-model-len", "--max_model_len")
+    max_len = parse_size(length, "--max-model-len") if length not in (None, "auto", "-1") else None
+    shape = model_shape(model, options.dtype or option_value(extra, "--dtype"), max_len,
+                        option_value(extra, "--kv-cache-dtype"))
+    size, why = auto_kv_cache_bytes(shape, memory)
+    note = f"KV cache: --kv-cache-memory-bytes {size} ({size / GIB:.2f} GiB: {why}); pass your own to change it"
+    return ["--kv-cache-memory-bytes", str(size)], [note]
+
+
+def build_serve_command(
+    options: ServeOptions,
+    cpu: bool | None = None,
+    memory: NodeMemory | None = None,
+    environ: dict[str, str] | None = None,
+) -> ServeCommand:
+    """The validated `vllm serve` command for `options` (`cpu`, `memory`, `environ`: this
+    machine's unless given)."""
+    settings = _settings(options)
+    resolved = resolve(parse_config(settings))
+    num_spec = options.num_speculative_tokens or resolved.bank.max_nodes - 1
+    resolve(parse_config(settings), num_spec)  # too small a budget: a one-line error now
+    heads_folder(parse_config(settings))
+    cpu = on_cpu() if cpu is None else cpu
+    environ = dict(os.environ) if environ is None else environ
+    model = resolve_model(options.model)
+    argv = [
+        vllm_executable(), "serve", model,
+        "--speculative-config", json.dumps({"model": PROPOSER_CLASS, "num_speculative_tokens": num_spec}),
+    ]
+    if settings:
+        argv += ["--additional-config", json.dumps({ADDITIONAL_CONFIG_KEY: settings})]
+    if options.dtype:
+        argv += ["--dtype", options.dtype]
+    extra = list(options.vllm_args)
+    if extra and extra[0] == "--":
+        extra = extra[1:]
+    command = ServeCommand(argv)
+    if cpu:
+        if options.eager:
+            argv.append("--enforce-eager")
+        if options.in_process and not chooses_executor(extra):
+            argv += ["--distributed-executor-backend", "uni"]
+            command.env.update(IN_PROCESS_ENV)
+        added, notes = cpu_memory_args(model, options, extra, memory or node_memory(), environ)
+        argv += added
+        command.notes += notes
+    argv += extra
+    return command

@@ -1,0 +1,156 @@
+"""`serve_command.build_serve_command`: the raw `vllm serve` line, --config, platform defaults,
+the KV cache sized or checked on CPU, one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.kv_cache_size import GIB, NodeMemory
+from entmtp_vllm.serve_command import IN_PROCESS_ENV, ServeOptions, build_serve_command, option_value
+
+ROOMY = NodeMemory(node=0, total=8 * GIB, available=6 * GIB)
+
+
+def _build(cpu: bool = True, memory: NodeMemory = ROOMY, environ: dict | None = None, **options):
+    return build_serve_command(ServeOptions(model="org/model", **options), cpu=cpu, memory=memory,
+                               environ=environ or {})
+
+
+def _entmtp_settings(command: list[str]) -> dict:
+    if "--additional-config" not in command:
+        return {}
+    return json.loads(command[command.index("--additional-config") + 1])["entmtp"]
+
+
+def test_defaults_send_no_settings_and_the_shipped_banks_budget():
+    command = _build().argv
+    assert command[1:3] == ["serve", "org/model"] and "--enforce-eager" in command
+    spec = json.loads(command[command.index("--speculative-config") + 1])
+    assert spec == {"model": "entmtp_vllm.EntMTP", "num_speculative_tokens": 5}
+    assert _entmtp_settings(command) == {}
+
+
+def test_config_json_goes_over_the_options():
+    command = _build(acceptance="typical", config='{"acceptance": "greedy", "batch_fallback": null}').argv
+    assert _entmtp_settings(command) == {"acceptance": "greedy", "batch_fallback": None}
+    as_dict = _build(config={"acceptance": "greedy"}).argv
+    assert _entmtp_settings(as_dict) == {"acceptance": "greedy"}
+
+
+@pytest.mark.parametrize(
+    "config, words",
+    [
+        ("{bad", ["--config", "invalid JSON"]),
+        ("[1]", ["--config", "JSON object"]),
+        ('{"batch_fallback": {"max_batch": 0}}', ["batch_fallback.max_batch"]),
+        ('{"bogus": 1}', ["bogus"]),
+    ],
+)
+def test_bad_config_is_one_line(config, words):
+    with pytest.raises(EntMTPError) as info:
+        _build(config=config)
+    assert "\n" not in str(info.value)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_cpu_defaults_only_on_cpu():
+    gpu = _build(cpu=False)
+    assert "--enforce-eager" not in gpu.argv and "--kv-cache-memory-bytes" not in gpu.argv
+    assert gpu.env == {} and gpu.notes == []
+    assert "--enforce-eager" not in _build(eager=False).argv
+
+
+@pytest.mark.parametrize(
+    "in_process, vllm_args, expected",
+    [
+        (True, [], True),
+        (False, [], False),
+        (True, ["--", "--max-model-len", "2048"], True),
+        (True, ["--", "-tp", "2"], False),  # several devices: vLLM's own executor
+        (True, ["--tensor-parallel-size=2"], False),
+        (True, ["--", "--distributed-executor-backend", "mp"], False),  # the user's choice, once
+    ],
+)
+def test_in_process_sets_both_the_executor_and_the_variable(in_process, vllm_args, expected):
+    built = _build(in_process=in_process, vllm_args=vllm_args)
+    uni = option_value(built.argv, "--distributed-executor-backend") == "uni"
+    assert uni is expected
+    # `uni` without the variable is turned back into `mp` by vLLM's CPU platform: never one alone
+    assert (built.env == IN_PROCESS_ENV) is expected
+    assert built.argv.count("--distributed-executor-backend") <= 1
+    if expected:
+        assert built.shell().startswith("VLLM_ENABLE_V1_MULTIPROCESSING=0 ")
+
+
+def test_kv_cache_sized_for_the_machine(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({
+        "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576,
+        "max_position_embeddings": 8192, "torch_dtype": "bfloat16",
+    }))
+    options = dict(model=str(tmp_path))
+    built = build_serve_command(ServeOptions(**options), cpu=True, memory=ROOMY, environ={})
+    size = int(option_value(built.argv, "--kv-cache-memory-bytes"))
+    per_token = 2 * 30 * 3 * 64 * 2
+    assert size == 16 * 8192 * per_token  # 16 full sequences fit in half of 6 GiB
+    assert "16 sequences of 8192 tokens" in built.notes[0]
+    small = NodeMemory(node=0, total=8 * GIB, available=2 * GIB)
+    built = build_serve_command(ServeOptions(**options), cpu=True, memory=small, environ={})
+    assert int(option_value(built.argv, "--kv-cache-memory-bytes")) == GIB  # capped at half of what is available
+    shorter = build_serve_command(ServeOptions(**options, vllm_args=["--max-model-len", "1k"]), cpu=True,
+                                  memory=ROOMY, environ={})
+    assert int(option_value(shorter.argv, "--kv-cache-memory-bytes")) == 16 * 1000 * per_token
+    fp32 = build_serve_command(ServeOptions(**options, dtype="float32", vllm_args=["--max-model-len=4096"]),
+                               cpu=True, memory=ROOMY, environ={})
+    assert int(option_value(fp32.argv, "--kv-cache-memory-bytes")) == 2 * 16 * 4096 * per_token
+
+
+@pytest.mark.parametrize(
+    "vllm_args, environ",
+    [
+        (["--kv-cache-memory-bytes", "1G"], {}),
+        (["--kv-cache-memory-bytes=1073741824"], {}),
+        (["--gpu-memory-utilization", "0.5"], {}),
+        ([], {"VLLM_CPU_KVCACHE_SPACE": "1"}),
+    ],
+)
+def test_a_size_the_user_gives_is_kept(vllm_args, environ):
+    built = _build(vllm_args=vllm_args, environ=environ)
+    assert built.argv.count("--kv-cache-memory-bytes") + sum(a.startswith("--kv-cache-memory-bytes=") for a in built.argv) \
+        == (1 if any("kv-cache" in a for a in vllm_args) else 0)
+    assert built.notes == []
+
+
+@pytest.mark.parametrize(
+    "vllm_args, environ, words",
+    [
+        (["--kv-cache-memory-bytes", "30G"], {}, ["--kv-cache-memory-bytes", "6.00 of 8.00 GiB", "3072M or less"]),
+        ([], {"VLLM_CPU_KVCACHE_SPACE": "20"}, ["VLLM_CPU_KVCACHE_SPACE=20", "3072M"]),
+        (["--gpu-memory-utilization", "0.92"], {}, ["--gpu-memory-utilization 0.92", "7.36 GiB", "0.67 or less"]),
+        (["--gpu-memory-utilization=1.5"], {}, ["must be in (0, 1]"]),
+        (["--kv-cache-memory-bytes", "lots"], {}, ["not a size"]),
+    ],
+)
+def test_a_size_the_machine_cannot_hold_is_one_line(vllm_args, environ, words):
+    with pytest.raises(EntMTPError) as info:
+        _build(vllm_args=vllm_args, environ=environ)
+    text = str(info.value)
+    assert "\n" not in text
+    for word in words:
+        assert word in text
+
+
+def test_no_room_for_one_sequence_names_a_length_that_fits(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({
+        "num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096,
+        "max_position_embeddings": 131072, "torch_dtype": "bfloat16",
+    }))
+    with pytest.raises(EntMTPError, match=r"--max-model-len \d+") as info:
+        build_serve_command(ServeOptions(model=str(tmp_path)), cpu=True, memory=ROOMY, environ={})
+    fits = int(str(info.value).split("--max-model-len ")[1].split()[0])
+    built = build_serve_command(ServeOptions(model=str(tmp_path), vllm_args=["--max-model-len", str(fits)]),
+                                cpu=True, memory=ROOMY, environ={})
+    assert "--kv-cache-memory-bytes" in built.argv
