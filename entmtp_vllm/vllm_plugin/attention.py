@@ -2,11 +2,14 @@
 
 The C++ kernel only knows causal masks. `TreeCPUAttentionBackend` is a `CPU_ATTN` subclass
 (installed with `register_backend` by the general plugin) whose impl runs the stock kernel,
-then, when the model runner announced a tree step (`set_tree_step`), recomputes in torch the
+then, when the step has tree rows (a `TreeStep` on the metadata), recomputes in torch the
 rows of the requests whose draft is a real tree (not a chain): every context position visible,
 inside the tree only the node itself and its ancestors. The requests of one layer are batched
 (padded to the largest tree and the longest sequence); the gather indices and the visibility
 mask are built once per step and reused by every layer.
+
+The model runner hands the step's `TreeStep` to every layer on the attention metadata vLLM builds
+for the step (`tree_step_of`); without one the impl is exactly the stock one.
 
 When the recompute runs, every node's K/V is already in the paged cache at its index-based slot
 (the backend writes K/V before attention), so all K/V is read from the cache through the
@@ -16,13 +19,12 @@ the real `cpu_attn_reshape_and_cache` op and reading the block back.
 
 The impl also keeps this step's fresh K/V rows of the tree requests (`TreeStep.capture_rows`),
 which the runner re-writes to their compacted slots after verification (`compact_kv_cpu`).
-With no tree step announced the impl is exactly the stock one.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -35,6 +37,7 @@ from vllm.v1.attention.backends.cpu_attn import (
 )
 
 from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.vllm_plugin.tree_step import TreeStep, tree_step_of
 
 BACKEND_PATH = "entmtp_vllm.vllm_plugin.attention.TreeCPUAttentionBackend"
 
@@ -49,47 +52,6 @@ class CapturedKV:
     key: torch.Tensor
     """[len(capture_rows), Hkv, D]: rows in the order of `TreeStep.capture_rows`."""
     value: torch.Tensor
-
-
-@dataclass
-class TreeStep:
-    """What the attention impl must know about the tree requests of one forward pass.
-
-    R tree requests (those whose verified draft is not a chain), padded to Nmax nodes.
-    """
-
-    batch_rows: torch.Tensor
-    """long[R]: the request's row in the batch (indexes seq_lens and block_table)."""
-    token_rows: torch.Tensor
-    """long[R, Nmax]: the token index (row of query/output) of each node; padding repeats a
-    valid row and is never written back."""
-    node_valid: torch.Tensor
-    """bool[R, Nmax]: which entries of token_rows are real nodes."""
-    tree_mask: torch.Tensor
-    """bool[R, Nmax, Nmax]: ancestor-or-self inside each tree (padding rows see themselves)."""
-    num_nodes: torch.Tensor
-    """long[R]: nodes of each tree (the root included)."""
-    capture_rows: torch.Tensor | None = None
-    """long[M]: token rows whose fresh K/V is kept for compaction (None: keep nothing)."""
-    captured: list[CapturedKV] = field(default_factory=list)
-    _gather: tuple | None = None
-
-    @property
-    def has_tree_rows(self) -> bool:
-        return self.batch_rows.numel() > 0
-
-
-_STEP: TreeStep | None = None
-
-
-def set_tree_step(step: TreeStep | None) -> None:
-    """Announce (or clear, with None) the tree step of the next forward pass."""
-    global _STEP
-    _STEP = step
-
-
-def current_tree_step() -> TreeStep | None:
-    return _STEP
 
 
 # --------------------------------------------------------------------------- layout probe
@@ -223,7 +185,7 @@ def _cache_rows(kv_cache: torch.Tensor, block_ids: torch.Tensor, offsets: torch.
 
 def _gather_plan(step: TreeStep, metadata: CPUAttentionMetadata, num_blocks: int, block_size: int):
     """Block ids and the visibility mask of the tree requests, shared by every layer."""
-    if step._gather is None:
+    if "cpu_gather" not in step.cache:
         seq_lens = metadata.seq_lens.to(torch.long)[step.batch_rows]
         longest = int(seq_lens.max())
         num_block_cols = -(-longest // block_size)
@@ -237,8 +199,8 @@ def _gather_plan(step: TreeStep, metadata: CPUAttentionMetadata, num_blocks: int
         node = inside.clamp(0, nmax - 1).expand(-1, nmax, -1)
         tree_part = step.tree_mask.gather(2, node) & in_tree
         visible = (position < context) | tree_part  # [R, Nmax, L]
-        step._gather = (block_ids, longest, visible)
-    return step._gather
+        step.cache["cpu_gather"] = (block_ids, longest, visible)
+    return step.cache["cpu_gather"]
 
 
 def tree_rows_attention(
@@ -273,6 +235,18 @@ def tree_rows_attention(
     out[step.token_rows[step.node_valid]] = attended[step.node_valid].to(out.dtype)
 
 
+def _layer_tree_step(layer) -> TreeStep | None:
+    """This step's `TreeStep` from the layer's attention metadata in vLLM's forward context
+    (`do_kv_cache_update` is not handed the metadata)."""
+    from vllm.model_executor.layers.attention.attention import get_attention_context
+
+    try:
+        metadata = get_attention_context(layer.layer_name)[0]
+    except (AssertionError, AttributeError, KeyError):  # no forward context (tests, dummy runs)
+        return None
+    return tree_step_of(metadata)
+
+
 class TreeCPUAttentionImpl(CPUAttentionBackendImpl):
     """The stock CPU impl, plus tree rows and K/V capture when a tree step is announced."""
 
@@ -281,8 +255,8 @@ class TreeCPUAttentionImpl(CPUAttentionBackendImpl):
         result = super().forward(
             layer, query, key, value, kv_cache, attn_metadata, output, output_scale, output_block_scale
         )
-        step = _STEP
-        if step is None or attn_metadata is None or not step.has_tree_rows:
+        step = tree_step_of(attn_metadata)
+        if step is None or not step.has_tree_rows:
             return result
         if self.attn_type != AttentionType.DECODER:
             return result
@@ -292,7 +266,7 @@ class TreeCPUAttentionImpl(CPUAttentionBackendImpl):
 
     def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping) -> None:
         super().do_kv_cache_update(layer, key, value, kv_cache, slot_mapping)
-        step = _STEP
+        step = _layer_tree_step(layer)
         if step is not None and step.capture_rows is not None and self.attn_type == AttentionType.DECODER:
             # Copies: under torch.compile the op's inputs may be reused buffers.
             step.captured.append(

@@ -1,18 +1,23 @@
-"""GPU path: the plugin's tree step mapped onto the `entmtp_kernels` Triton kernels.
+"""GPU path: the plugin's tree step on the `entmtp_kernels` Triton kernels, on vLLM's CUDA caches.
 
-NOT WIRED into vLLM yet, and untested on a GPU here: no GPU worker/runner subclass and no
-`FLASH_ATTN` backend override exist. What a GPU integration would call, with vLLM's GPU KV cache
-layout (one `[2, num_blocks, block_size, Hkv, D]` tensor per layer, the kernels' layout):
+vLLM 0.32's CUDA backends FLASH_ATTN and TRITON_ATTN both receive one cache tensor per layer in
+the logical order `(blocks, Hkv, block_size, 2 * D)` (K in the first D channels, V in the
+last; `v1/kv_cache_interface.py` `compute_layer_kv_cache_shape_bytes`), whatever its physical
+stride order (HND or NHD), and split it as `kv_cache.transpose(1, 2).split(D, -1)` into
+`[blocks, block_size, Hkv, D]` views (`flash_attn.py:1252`, `triton_attn.py:627`). `split_kv`
+takes the same views, and the kernels read strides, so nothing is copied. Compaction moves each
+(slot, head) row of 2 * D channels (K and V together): one `[blocks, block_size, 1, 2 * D]` view
+per layer and KV head (`compaction_views`), all in one launch.
 
-- after the stock attention of a layer, `tree_rows_attention_gpu` recomputes the rows of the
+- `tree_rows_attention_gpu`: after the stock attention of a layer, recompute the rows of the
   tree requests with `paged_tree_attention` (prefix fully visible, tree part from packed
-  ancestor masks) and writes them into the layer's output;
-- after verification, `compact_kv_gpu` moves every request's accepted path next to its prefix
+  ancestor masks, built once per step) and write them into the layer's output;
+- `compact_kv_gpu`: after verification, move every request's accepted path next to its prefix
   in all layers' caches with one `compact_kv` launch.
 
-Both take the same `TreeStep` the CPU backend uses, so the runner code is shared. The kernel
-function is a parameter (default: the Triton kernel) so the plumbing is tested on CPU against
-the torch references (`tests/vllm_plugin/test_gpu_plumbing.py`).
+The kernel functions are parameters (default: the Triton kernels) so the plumbing is tested on
+CPU against the torch references (`tests/vllm_plugin/test_gpu_plumbing.py`) as well as with the
+kernels under the Triton interpreter.
 """
 
 from __future__ import annotations
@@ -21,7 +26,11 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from entmtp_vllm.vllm_plugin.attention import TreeStep
+from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.vllm_plugin.tree_step import TreeStep
+
+TREE_BACKEND_ATTR = "entmtp_tree_backend"
+"""Class attribute (True) of the EntMTP CUDA attention backends."""
 
 
 def _kernels():
@@ -30,10 +39,63 @@ def _kernels():
     return entmtp_kernels
 
 
+def check_tree_backend(backend: type) -> None:
+    """One-line error unless `backend` is an EntMTP CUDA tree backend."""
+    if not getattr(backend, TREE_BACKEND_ATTR, False):
+        raise EntMTPError(
+            f"EntMTP on a GPU needs its tree attention backend (FLASH_ATTN or TRITON_ATTN), but the engine runs "
+            f"{getattr(backend, '__name__', backend)}: pass --attention-backend FLASH_ATTN or TRITON_ATTN"
+        )
+
+
+def split_kv(kv_cache: torch.Tensor, head_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(key_cache, value_cache) views `[blocks, block_size, Hkv, D]` of one layer's cache
+    `(blocks, Hkv, block_size, 2 * D)`, exactly as vLLM's FLASH_ATTN / TRITON_ATTN split it."""
+    if kv_cache.dim() != 4 or kv_cache.shape[-1] != 2 * head_size:
+        raise EntMTPError(f"EntMTP: unexpected KV cache shape {tuple(kv_cache.shape)} for head size {head_size}")
+    key_cache, value_cache = kv_cache.transpose(1, 2).split(head_size, dim=-1)
+    return key_cache, value_cache
+
+
+def compaction_views(kv_caches: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """`[blocks, block_size, 1, 2 * D]` views, one per layer and KV head: each slot's K and V
+    channels of one head are contiguous in every physical order vLLM uses."""
+    return [cache[:, head].unsqueeze(2) for cache in kv_caches for head in range(cache.shape[1])]
+
+
+def kernel_block_table(block_table: torch.Tensor, manager_block_size: int, kernel_block_size: int) -> torch.Tensor:
+    """The block table in the cache's (kernel) blocks when vLLM splits each KV manager block
+    into `manager_block_size // kernel_block_size` kernel blocks (`group_kernel_blocks`)."""
+    if kernel_block_size == manager_block_size:
+        return block_table
+    ratio = manager_block_size // kernel_block_size
+    column = torch.arange(block_table.shape[1] * ratio, device=block_table.device)
+    return block_table[:, column // ratio] * ratio + column % ratio
+
+
+def _step_inputs(step: TreeStep, device: torch.device, seq_lens: torch.Tensor) -> tuple:
+    """(rows, query_start_loc, prefix_lens, packed masks, batch rows) of the tree requests, built
+    on the first layer of the step and reused by the others."""
+    found = step.cache.get("gpu_inputs")
+    if found is None:
+        kernels = _kernels()
+        rows = step.token_rows[step.node_valid].to(device, non_blocking=True)
+        sizes = step.num_nodes.to(device)
+        query_start_loc = torch.zeros(sizes.numel() + 1, dtype=torch.int32, device=device)
+        query_start_loc[1:] = torch.cumsum(sizes, 0)
+        batch_rows = step.batch_rows.to(device)
+        prefix_lens = (seq_lens[batch_rows].to(torch.int64) - sizes).to(torch.int32)
+        masks = [step.tree_mask[r, :n, :n] for r, n in enumerate(step.num_nodes.tolist())]
+        packed = kernels.pack_tree_mask(masks).to(device)
+        found = step.cache["gpu_inputs"] = (rows, query_start_loc, prefix_lens, packed, batch_rows)
+    return found
+
+
 def tree_rows_attention_gpu(
     step: TreeStep,
     query: torch.Tensor,
-    kv_cache: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
     seq_lens: torch.Tensor,
     block_table: torch.Tensor,
     scale: float,
@@ -42,26 +104,19 @@ def tree_rows_attention_gpu(
 ) -> None:
     """Overwrite `output` rows [T, Hq, D] of the tree requests with tree attention.
 
-    `kv_cache`: [2, num_blocks, block_size, Hkv, D]; `seq_lens`, `block_table`: the batch's.
+    `key_cache`, `value_cache`: [blocks, block_size, Hkv, D] (views, `split_kv`);
+    `seq_lens`, `block_table`: the batch's (seq_lens include this step's tokens).
     """
     kernels = _kernels()
     kernel = kernel or kernels.paged_tree_attention
-    device = query.device
-    rows = step.token_rows[step.node_valid].to(device)
-    sizes = step.num_nodes.to(device)
-    query_start_loc = torch.zeros(sizes.numel() + 1, dtype=torch.int32, device=device)
-    query_start_loc[1:] = torch.cumsum(sizes, 0)
-    batch_rows = step.batch_rows.to(device)
-    prefix_lens = (seq_lens[batch_rows].to(torch.int64) - sizes).to(torch.int32)
-    masks = [step.tree_mask[r, :n, :n] for r, n in enumerate(step.num_nodes.tolist())]
-    packed = kernels.pack_tree_mask(masks).to(device)
-    key_cache, value_cache = kv_cache.unbind(0)
+    rows, query_start_loc, prefix_lens, packed, batch_rows = _step_inputs(step, query.device, seq_lens)
     extra = {"max_query_len": int(step.num_nodes.max())} if kernel is kernels.paged_tree_attention else {}
     result = kernel(
         query[rows], key_cache, value_cache, block_table[batch_rows].to(torch.int32), query_start_loc,
         prefix_lens, packed, scale, **extra,
     )
-    output[rows] = result.to(output.dtype)
+    out = output.view(output.shape[0], -1, query.shape[-1]) if output.dim() == 2 else output
+    out[rows] = result.to(out.dtype)
 
 
 def compact_kv_gpu(
@@ -73,8 +128,9 @@ def compact_kv_gpu(
 ) -> None:
     """Move request b's accepted nodes `accepted[b]` (root first) to positions prefix + i.
 
-    `kv_caches`: every layer's `[2, num_blocks, block_size, Hkv, D]` cache; `block_tables`:
-    the rows of the requests in `accepted`. Requests whose path needs no move may be left out.
+    `kv_caches`: every layer's `(blocks, Hkv, block_size, 2 * D)` cache; `block_tables`: the rows
+    of the requests in `accepted`, in the caches' blocks. Requests whose path needs no move may
+    be left out. One kernel launch for all requests, layers and heads.
     """
     if not accepted:
         return
@@ -85,9 +141,8 @@ def compact_kv_gpu(
     starts = [0]
     for path in accepted:
         starts.append(starts[-1] + len(path))
-    caches = [half for cache in kv_caches for half in cache.unbind(0)]
     kernel(
-        caches,
+        compaction_views(kv_caches),
         torch.tensor(flat, dtype=torch.int32, device=device),
         torch.tensor(starts, dtype=torch.int32, device=device),
         torch.tensor(list(prefix_lens), dtype=torch.int32, device=device),

@@ -7,9 +7,8 @@ hidden state at its last accepted node, the root token, and the verifier's p0 / 
 Per request it keeps a policy state and a feature tracker (created on first sight, freed when the
 request finishes, is aborted or preempted; the `entmtp_active_requests` gauge follows their
 number), asks the policy for this step's tree, drafts the tree
-with the core `TreeDrafter`, and returns the drafted tokens in bank node order (the root left
-out, variable lengths). The proposal (tree index, tokens) stays in a side channel keyed by
-request id until the runner verifies it.
+with the core `TreeDrafter`, and returns one `Proposal` per request (tree index, tokens in bank
+node order); the runner keeps them until it verifies them and hands vLLM their drafts.
 
 Hybrid trees: when the bank has trees with a prompt-lookup chain, each request's context
 (prompt + output, from vLLM's input batch) is searched by the core `PromptLookup`; the chain
@@ -33,9 +32,9 @@ from entmtp_vllm.vllm_plugin import metrics
 from entmtp_vllm.vllm_plugin.config import PROPOSER_CLASS, EntMTPConfig, config_from_vllm, heads_folder, resolve
 
 WORKER_HINT = (
-    "EntMTP needs its model runner: start vLLM with "
-    "--worker-cls entmtp_vllm.vllm_plugin.worker.EntMTPCPUWorker (the plugin sets it automatically "
-    "when --worker-cls is left at auto; a custom worker class disables that)"
+    "EntMTP needs its model runner: leave --worker-cls at auto (the plugin then picks "
+    "entmtp_vllm.vllm_plugin.worker.EntMTPCPUWorker on CPU, EntMTPGPUWorker on CUDA) and keep the plugin "
+    "allowed (VLLM_PLUGINS unset or naming 'entmtp'); a custom worker class disables that"
 )
 
 
@@ -163,7 +162,6 @@ class EntMTPProposer:
         """Set by the EntMTP model runner; without it vLLM would call `propose()` blindly."""
         self.stats = ProposerStats()
         self._requests: dict[str, RequestState] = {}
-        self._proposals: dict[str, Proposal] = {}
         self._subtrees: dict[tuple[int, int, int], tuple[TreeBuffers, bool]] = {}
         self.lookup = PromptLookup(self.settings.lookup) if self.bank.lookup_length > 0 else None
         metrics.set_gauge("active_requests", 0)  # the series exists (at 0) from the start
@@ -207,10 +205,6 @@ class EntMTPProposer:
 
     # ------------------------------------------------------------------ the runner's interface
 
-    def take_proposal(self, req_id: str) -> Proposal | None:
-        """The request's pending proposal, removed from the side channel."""
-        return self._proposals.pop(req_id, None)
-
     def subtree(self, tree_index: int, num_nodes: int, lookup_length: int = 0) -> tuple[TreeBuffers, bool]:
         """Buffers of the first `num_nodes` nodes of a bank tree (its lookup chain cut to
         `lookup_length`; a prefix in node order is a valid subtree), and whether that subtree
@@ -251,24 +245,24 @@ class EntMTPProposer:
         return self.fallback_max_batch is not None and batch_size > self.fallback_max_batch and self.fallback_tree is None
 
     @torch.inference_mode()
-    def propose_trees(self, requests: list[DraftRequest | None], batch_size: int) -> list[list[int]]:
-        """Draft one tree per request (None: no draft for that row); drafts in bank node order."""
+    def propose_trees(self, requests: list[DraftRequest | None], batch_size: int) -> list[Proposal | None]:
+        """Draft one tree per request (None in, or nothing drafted: None out)."""
         if self.drafter is None:
             raise EntMTPError("EntMTP: propose_trees called before load_model")
         use_fallback = self.fallback_max_batch is not None and batch_size > self.fallback_max_batch
         fallback_tree = self.fallback_tree if use_fallback else None  # this step's tree for every request
-        drafts: list[list[int]] = []
+        proposals: list[Proposal | None] = []
         chosen: set[int] = set()
         if self.drafts_nothing(batch_size):  # plain decoding for this step
             self.stats.fallback_steps += sum(r is not None for r in requests)
             metrics.count("fallback_steps", sum(r is not None for r in requests))
-            return [[] for _ in requests]
+            return [None] * len(requests)
         found = [self._lookup(request) for request in requests]
         # Under load the fallback tree drafts only the best matches (the policy still sees them all).
         matches = self._fallback_matches(found) if fallback_tree is not None else found
         for request, seen, match in zip(requests, found, matches):
             if request is None:
-                drafts.append([])
+                proposals.append(None)
                 continue
             state = self._state(request.req_id)
             if request.accept_length is not None and state.entropy_at_proposal is not None:
@@ -298,16 +292,15 @@ class EntMTPProposer:
             # draft distributions (q is the one-hot on each drafted token).
             tokens = step.draft(buffers, match.tokens).tokens.to("cpu", torch.long)
             proposal = Proposal(index, tokens, tokens[1:].tolist(), len(buffers.lookup_nodes))
-            self._proposals[request.req_id] = proposal
             state.entropy_at_proposal = request.entropy
             name = self.bank.names[index]
             self.stats.tree_usage[name] = self.stats.tree_usage.get(name, 0) + 1
             metrics.count("tree_steps", tree=name)
             self.stats.steps += 1
-            drafts.append(proposal.drafts)
+            proposals.append(proposal)
         if len(chosen) > 1:
             self.stats.mixed_steps += 1
-        return drafts
+        return proposals
 
     def _lookup(self, request: DraftRequest | None) -> LookupMatch:
         """The prompt-lookup proposal for a request (NO_MATCH without lookup trees or context)."""
@@ -340,7 +333,6 @@ class EntMTPProposer:
         """Free the state of finished, aborted or preempted requests."""
         freed = 0
         for req_id in req_ids:
-            self._proposals.pop(req_id, None)
             if self._requests.pop(req_id, None) is not None:
                 freed += 1
         if freed:

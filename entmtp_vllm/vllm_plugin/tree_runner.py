@@ -1,22 +1,29 @@
-"""`EntMTPCPUModelRunner`: tree verification inside vLLM's (V1) CPU model runner.
+"""`TreeRunnerMixin`: tree verification inside any vLLM V1 model runner (CPU or GPU).
 
-Four overrides of `GPUModelRunner` (line numbers of vLLM 0.32.0, `v1/worker/gpu_model_runner.py`):
+One decode step, top to bottom (line numbers of vLLM 0.32.0, `v1/worker/gpu_model_runner.py`):
 
-- `_prepare_inputs` (:1920): after the stock one (slots stay index-based), match each request's
-  scheduled drafts against its pending proposal (`scheduled[:n] == proposed[:n]`; the first n
-  nodes of a tree in node order form a subtree), set positions = num_computed + depth, and
-  announce the tree rows to the attention backend.
-- `_sample` (:3437): per request, the core acceptance rule over its logits rows (greedy /
-  typical / lossless), then KV compaction of the accepted path to contiguous slots; returns
-  `[accepted drafts..., bonus]` rows padded with -1.
-- `propose_draft_token_ids` (:4748): hands the drafter the request ids, the hidden state at
-  each request's last accepted node and the verifier's p0 / entropy there.
-- `_update_states` (:1172): frees the drafter's state of finished / aborted / preempted requests.
+1. `_update_states` (:1172): frees the drafter's state and the pending proposals of finished /
+   aborted / preempted requests.
+2. `_prepare_inputs` (:1920): after the stock one (slots stay index-based), `_plan_step` matches
+   each request's scheduled drafts against its pending `Proposal` (`scheduled[:n] ==
+   proposed[:n]`; the first n nodes of a tree in node order form a subtree), sets positions =
+   num_computed + depth, and builds this step's `StepPlan`: which requests verify which tree, its
+   buffers, the token rows they occupy, and the attention backend's `TreeStep`.
+3. `_build_attention_metadata` (:2249): the `TreeStep` is attached to every attention metadata
+   object of the step (`TREE_STEP_ATTR`), so the tree attention backend reads it from the
+   metadata vLLM hands each layer -- no global state.
+4. `_sample` (:3437): per request, the core acceptance rule over its logits rows (greedy /
+   typical / lossless), then KV compaction of the accepted paths to contiguous slots
+   (`_entmtp_compact`, the platform's); returns `[accepted drafts..., bonus]` rows padded with -1.
+5. `propose_draft_token_ids` (:4748): hands the drafter the request ids, the hidden state at
+   each request's last accepted node and the verifier's p0 / entropy there; keeps the returned
+   proposals for step 2 of the next step and gives vLLM their drafts.
 
-Drafts are read from `scheduler_output.scheduled_spec_decode_tokens`, never from `input_ids`
-(which clamps the scheduler's -1 placeholders to token 0). Requests without a usable draft
-(prefill, placeholders, a draft that is not ours) are sampled from their first row and accept
-nothing. The tree path samples with temperature, top-k, top-p and per-request seeds.
+The platform runners (`model_runner.py`) add only what differs: where compaction writes
+(`_entmtp_compact`). Drafts are read from `scheduler_output.scheduled_spec_decode_tokens`, never
+from `input_ids` (which clamps the scheduler's -1 placeholders to token 0). Requests without a
+usable draft (prefill, placeholders, a draft that is not ours) are sampled from their first row
+and accept nothing. The tree path samples with temperature, top-k, top-p and per-request seeds.
 
 A step where no request verifies a tree goes to vLLM's own sampler with each request's first
 logits row (vLLM builds spec-decode metadata on every step once a proposer is configured, even
@@ -27,6 +34,10 @@ are ignored (only their first row counts, as if every draft were rejected) and n
 so the whole batch decodes exactly as vLLM without speculation. Requests with structured output
 get no drafts (the grammar checks drafts as one sequence); vLLM's bitmask still applies to their
 single row.
+
+Host synchronisations the tree path adds on a GPU (each named where it happens): the acceptance
+rule reads each tree request's logits rows on the host (`accept`), and the features p0 / entropy
+are read back once per step (`_root_features`).
 """
 
 from __future__ import annotations
@@ -38,7 +49,6 @@ import torch
 
 from vllm.logger import init_logger
 from vllm.v1.outputs import SamplerOutput
-from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
 from entmtp_vllm.acceptance import accept
 from entmtp_vllm.config import SamplingParams
@@ -46,8 +56,8 @@ from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.features import entropy as entropy_of
 from entmtp_vllm.sampling import greedy_tokens, processed_probs, sample
 from entmtp_vllm.topology import TreeBuffers
-from entmtp_vllm.vllm_plugin.attention import TreeStep, compact_kv_cpu, set_tree_step
-from entmtp_vllm.vllm_plugin.proposer import DraftRequest, EntMTPProposer
+from entmtp_vllm.vllm_plugin.proposer import DraftRequest, EntMTPProposer, Proposal
+from entmtp_vllm.vllm_plugin.tree_step import TREE_STEP_ATTR, TreeStep
 
 logger = init_logger(__name__)
 
@@ -75,8 +85,8 @@ class StepPlan:
     """int64[num_reqs + 1]: each request's first token row."""
     trees: list[Verification | None]
     params: list[SamplingParams]
-    slots: torch.Tensor
-    """long[num_tokens]: this step's slot of each token row (index-based)."""
+    prefix_lens: np.ndarray
+    """int64[num_reqs]: tokens each request had in the KV cache before this step."""
     tree_step: TreeStep | None
     stock_sampler: bool = False
     """Some request uses a sampler feature the tree path does not apply: verify no tree this
@@ -116,8 +126,10 @@ def _unsupported(sampling_params) -> list[str]:
     return found
 
 
-class EntMTPCPUModelRunner(CPUModelRunner):
-    """vLLM's CPU model runner with tree verification for the EntMTP proposer."""
+class TreeRunnerMixin:
+    """Tree verification for the EntMTP proposer, mixed into a vLLM V1 model runner class
+    (`class Runner(TreeRunnerMixin, CPUModelRunner)`). The platform class implements
+    `_entmtp_compact`."""
 
     def __init__(self, vllm_config, device) -> None:
         super().__init__(vllm_config, device)
@@ -128,7 +140,21 @@ class EntMTPCPUModelRunner(CPUModelRunner):
                 raise EntMTPError("EntMTP does not support M-RoPE models yet (tree positions would need mrope_positions)")
             self._entmtp.runner_attached = True
         self._entmtp_plan: StepPlan | None = None
+        self._entmtp_pending: dict[str, Proposal] = {}
+        """Proposals drafted at the end of a step, waiting for the step that schedules them."""
         self._entmtp_warned: set[str] = set()
+
+    # ------------------------------------------------------------------ platform hooks
+
+    _entmtp_captures_kv: bool = False
+    """Whether the platform's attention backend keeps the tree rows' fresh K/V for compaction
+    (`TreeStep.capture_rows`)."""
+
+    def _entmtp_compact(self, plan: StepPlan, moves: list[tuple[int, int, int]]) -> None:
+        """Move accepted K/V rows to their compacted slots in every layer: `moves` holds
+        (request index, node index, destination position in the path) for every accepted node
+        that is not already in place."""
+        raise NotImplementedError
 
     # ------------------------------------------------------------------ request lifetime
 
@@ -139,6 +165,8 @@ class EntMTPCPUModelRunner(CPUModelRunner):
             gone |= set(getattr(scheduler_output, "preempted_req_ids", None) or ())
             if gone:
                 self._entmtp.drop(gone)
+                for req_id in gone:
+                    self._entmtp_pending.pop(req_id, None)
         return result
 
     # ------------------------------------------------------------------ inputs
@@ -147,8 +175,17 @@ class EntMTPCPUModelRunner(CPUModelRunner):
         result = super()._prepare_inputs(scheduler_output, num_scheduled_tokens)
         if self._entmtp is not None:
             self._entmtp_plan = self._plan_step(scheduler_output, num_scheduled_tokens)
-            set_tree_step(self._entmtp_plan.tree_step)
         return result
+
+    def _build_attention_metadata(self, *args, **kwargs):
+        attn_metadata, spec_metadata = super()._build_attention_metadata(*args, **kwargs)
+        plan = self._entmtp_plan
+        step = plan.tree_step if plan is not None and not kwargs.get("for_cudagraph_capture") else None
+        groups = attn_metadata if isinstance(attn_metadata, list) else [attn_metadata]
+        for per_layer in groups:
+            for metadata in {id(m): m for m in per_layer.values()}.values():
+                setattr(metadata, TREE_STEP_ATTR, step)
+        return attn_metadata, spec_metadata
 
     def _plan_step(self, scheduler_output, num_scheduled_tokens: np.ndarray) -> StepPlan:
         drafter = self._entmtp
@@ -173,8 +210,11 @@ class EntMTPCPUModelRunner(CPUModelRunner):
                     )
 
         scheduled = scheduler_output.scheduled_spec_decode_tokens
+        prefix_lens = batch.num_computed_tokens_cpu[:num_reqs].astype(np.int64)
+        position_rows: list[np.ndarray] = []
+        position_values: list[np.ndarray] = []
         for req_id in scheduler_output.num_scheduled_tokens:
-            proposal = drafter.take_proposal(req_id)
+            proposal = self._entmtp_pending.pop(req_id, None)
             drafts = scheduled.get(req_id)
             if stock_sampler or proposal is None or not drafts:
                 continue
@@ -186,14 +226,16 @@ class EntMTPCPUModelRunner(CPUModelRunner):
             trees[i] = Verification(buffers, proposal.tokens[: n + 1], chain, -1)
             if not chain:
                 start = int(starts[i])
-                base = int(batch.num_computed_tokens_cpu[i])
-                self.positions[start : start + n + 1] = base + buffers.depths.to(self.positions.dtype)
+                position_rows.append(np.arange(start, start + n + 1))
+                position_values.append(int(prefix_lens[i]) + buffers.depths.numpy())
+        if position_rows:  # one host-to-device copy for the whole step
+            rows = torch.from_numpy(np.concatenate(position_rows)).to(self.positions.device)
+            values = torch.from_numpy(np.concatenate(position_values)).to(self.positions.device, self.positions.dtype)
+            self.positions[rows] = values
 
         if len(self.kv_cache_config.kv_cache_groups) != 1:
             raise EntMTPError("EntMTP supports models with one KV cache group (plain decoder attention) only")
-        total = int(starts[-1])
-        slots = self.input_batch.block_table[0].slot_mapping.gpu[:total].to(torch.long).clone()
-        return StepPlan(num_reqs, starts, trees, params, slots, self._tree_step(trees, starts), stock_sampler)
+        return StepPlan(num_reqs, starts, trees, params, prefix_lens, self._tree_step(trees, starts), stock_sampler)
 
     def _tree_step(self, trees: list[Verification | None], starts: np.ndarray) -> TreeStep | None:
         """The attention backend's view of this step's non-chain trees (None: there are none)."""
@@ -221,7 +263,8 @@ class EntMTPCPUModelRunner(CPUModelRunner):
             node_valid=valid,
             tree_mask=mask,
             num_nodes=torch.tensor(sizes, dtype=torch.long),
-            capture_rows=torch.tensor(capture, dtype=torch.long) if compaction else None,
+            compaction=compaction,
+            capture_rows=torch.tensor(capture, dtype=torch.long) if compaction and self._entmtp_captures_kv else None,
         )
 
     # ------------------------------------------------------------------ verification
@@ -229,14 +272,10 @@ class EntMTPCPUModelRunner(CPUModelRunner):
     def _sample(self, logits, spec_decode_metadata):
         plan = self._entmtp_plan
         if plan is None or spec_decode_metadata is None:
-            set_tree_step(None)
             return super()._sample(logits, spec_decode_metadata)
-        try:
-            if plan.stock_sampler or all(tree is None for tree in plan.trees):
-                return self._sample_untreed(plan, logits, spec_decode_metadata)
-            return self._verify(plan, logits, spec_decode_metadata)
-        finally:
-            set_tree_step(None)
+        if plan.stock_sampler or all(tree is None for tree in plan.trees):
+            return self._sample_untreed(plan, logits, spec_decode_metadata)
+        return self._verify(plan, logits, spec_decode_metadata)
 
     def _sample_untreed(self, plan: StepPlan, logits: torch.Tensor, metadata) -> SamplerOutput:
         """No tree to verify: vLLM's sampler on each request's first logits row (its root)."""
@@ -261,8 +300,7 @@ class EntMTPCPUModelRunner(CPUModelRunner):
         last_rows: list[int] = []  # logits row of each request's last accepted node
         token_rows: list[int] = []
         accept_lengths: list[int | None] = []
-        sources: list[int] = []
-        destinations: list[int] = []
+        moves: list[tuple[int, int, int]] = []
         for i in range(plan.num_reqs):
             hi = ends[i]
             lo = hi - num_drafts[i] - 1
@@ -275,6 +313,7 @@ class EntMTPCPUModelRunner(CPUModelRunner):
                 emitted = [self._pick(rows[0], params, generator)]
                 accept_lengths.append(None)
             else:
+                # Host sync (GPU): the acceptance rule reads this request's rows on the host.
                 result = accept(
                     mode if not params.greedy else "greedy",
                     tree.buffers,
@@ -287,24 +326,20 @@ class EntMTPCPUModelRunner(CPUModelRunner):
                 accepted = result.accepted
                 emitted = result.emitted(tree.tokens)
                 accept_lengths.append(len(emitted))
-                moves = [(j, node) for j, node in enumerate(accepted) if node != j]
-                drafter.record_verification(tree.buffers.num_nodes - 1, len(accepted) - 1, len(moves))
+                moved = [(i, node, j) for j, node in enumerate(accepted) if node != j]  # never in a chain
+                drafter.record_verification(tree.buffers.num_nodes - 1, len(accepted) - 1, len(moved))
                 if tree.buffers.lookup_nodes:
                     lookup = set(tree.buffers.lookup_nodes)
                     drafter.record_lookup(batch.req_ids[i], len(lookup), len(lookup.intersection(accepted)))
-                start = int(plan.starts[i])
-                for j, node in moves:  # a chain never moves: only non-chain trees were captured
-                    sources.append(tree.capture_start + node)
-                    destinations.append(int(plan.slots[start + j]))
+                moves.extend(moved)
             emitted_rows.append(emitted)
             last_rows.append(lo + accepted[-1])
             # The logits rows are the request's last num_drafts + 1 scheduled tokens (a prefill
             # chunk has one row: its last token).
             token_rows.append(int(plan.starts[i + 1]) - num_drafts[i] - 1 + accepted[-1])
 
-        step = plan.tree_step
-        if step is not None and step.capture_rows is not None and sources:
-            compact_kv_cpu(step, torch.tensor(sources, dtype=torch.long), torch.tensor(destinations, dtype=torch.long))
+        if moves and plan.tree_step is not None and plan.tree_step.compaction:
+            self._entmtp_compact(plan, moves)
 
         p0, entropies = self._root_features(plan, logits[last_rows])
         plan.outcomes = [
@@ -330,7 +365,8 @@ class EntMTPCPUModelRunner(CPUModelRunner):
         ):
             return [0.0] * rows.shape[0], [0.0] * rows.shape[0]
         probs = torch.softmax(rows.float(), dim=-1)
-        return probs.max(dim=-1).values.tolist(), entropy_of(probs).tolist()
+        features = torch.stack([probs.max(dim=-1).values, entropy_of(probs)]).cpu()  # host sync (GPU): once per step
+        return features[0].tolist(), features[1].tolist()
 
     @staticmethod
     def _pick(row: torch.Tensor, params: SamplingParams, generator) -> int:
@@ -392,7 +428,13 @@ class EntMTPCPUModelRunner(CPUModelRunner):
                     context=token_ids[i, : int(lengths[i])] if want_context else None,
                 )
             )
-        return drafter.propose_trees(requests, batch_size=len(req_ids))
+        proposals = drafter.propose_trees(requests, batch_size=len(req_ids))
+        drafts = []
+        for req_id, proposal in zip(req_ids, proposals):
+            if proposal is not None:
+                self._entmtp_pending[req_id] = proposal
+            drafts.append(proposal.drafts if proposal is not None else [])
+        return drafts
 
     # ------------------------------------------------------------------ introspection
 

@@ -1,24 +1,38 @@
-"""`EntMTPCPUWorker`: vLLM's CPU worker, building the EntMTP model runner.
+"""The EntMTP workers: vLLM's CPU and GPU workers, building the EntMTP model runners.
 
-`CPUWorker.init_device()` constructs `CPUModelRunner` by the name it imported into
-`vllm.v1.worker.cpu_worker` (vLLM 0.32.0, `v1/worker/cpu_worker.py:177`). Rebinding that name to
-`EntMTPCPUModelRunner` around the call builds the runner (and the drafter in it) exactly once.
+- `EntMTPCPUWorker`: `CPUWorker.init_device()` constructs `CPUModelRunner` by the name it
+  imported into `vllm.v1.worker.cpu_worker` (vLLM 0.32.0, `v1/worker/cpu_worker.py:177`);
+  rebinding that name to `EntMTPCPUModelRunner` around the call builds the runner (and the
+  drafter in it) exactly once.
+- `EntMTPGPUWorker`: vLLM's GPU `Worker` builds its runner in `_make_model_runner()`
+  ("subclasses override this", `v1/worker/gpu_worker.py:563`); EntMTP needs the V1 runner, which
+  vLLM selects for `custom_class` drafters.
 
-The plugin selects this worker automatically for EntMTP (see `install.py`); to choose it by
-hand: `--worker-cls entmtp_vllm.vllm_plugin.worker.EntMTPCPUWorker`.
+The plugin selects the worker of the platform it runs on (see `install.py`); by hand:
+`--worker-cls entmtp_vllm.vllm_plugin.worker.EntMTPCPUWorker` (or `EntMTPGPUWorker`).
 """
 
 from __future__ import annotations
 
 import vllm.v1.worker.cpu_worker as cpu_worker
 from vllm.v1.worker.cpu_worker import CPUWorker
+from vllm.v1.worker.gpu_worker import Worker
 
-from entmtp_vllm.vllm_plugin.model_runner import EntMTPCPUModelRunner
+from entmtp_vllm.vllm_plugin.model_runner import EntMTPCPUModelRunner, EntMTPGPUModelRunner
+from entmtp_vllm.vllm_plugin.tree_runner import TreeRunnerMixin
 
 WORKER_PATH = "entmtp_vllm.vllm_plugin.worker.EntMTPCPUWorker"
+GPU_WORKER_PATH = "entmtp_vllm.vllm_plugin.worker.EntMTPGPUWorker"
 
 
-class EntMTPCPUWorker(CPUWorker):
+class _StatsMixin:
+    def entmtp_stats(self) -> dict | None:
+        """The proposer's counters (`llm.collective_rpc("entmtp_stats")`), None without EntMTP."""
+        runner = getattr(self, "model_runner", None)
+        return runner.entmtp_stats() if isinstance(runner, TreeRunnerMixin) else None
+
+
+class EntMTPCPUWorker(_StatsMixin, CPUWorker):
     """CPU worker whose model runner verifies draft trees."""
 
     def init_device(self) -> None:
@@ -29,7 +43,9 @@ class EntMTPCPUWorker(CPUWorker):
         finally:
             cpu_worker.CPUModelRunner = stock
 
-    def entmtp_stats(self) -> dict | None:
-        """The proposer's counters (`llm.collective_rpc("entmtp_stats")`), None without EntMTP."""
-        runner = getattr(self, "model_runner", None)
-        return runner.entmtp_stats() if isinstance(runner, EntMTPCPUModelRunner) else None
+
+class EntMTPGPUWorker(_StatsMixin, Worker):
+    """GPU worker whose model runner verifies draft trees (not yet run on a GPU with vLLM)."""
+
+    def _make_model_runner(self) -> EntMTPGPUModelRunner:
+        return EntMTPGPUModelRunner(self.vllm_config, self.device)

@@ -39,16 +39,20 @@ def _request(req_id: str, p0: float = 0.5, accept_length: int | None = None) -> 
     return DraftRequest(req_id, torch.randn(HIDDEN), root=3, p0=p0, entropy=1.0, accept_length=accept_length)
 
 
-def test_drafts_follow_bank_node_order_and_wait_in_the_side_channel():
+def _drafts(proposals) -> list[list[int]]:
+    return [proposal.drafts if proposal is not None else [] for proposal in proposals]
+
+
+def test_drafts_follow_bank_node_order():
     proposer = _proposer({"bank": "full:2,1,1"})
-    drafts = proposer.propose_trees([_request("a"), None, _request("b")], batch_size=3)
-    assert [len(d) for d in drafts] == [6, 0, 6]
-    proposal = proposer.take_proposal("a")
-    assert proposal.drafts == drafts[0] and int(proposal.tokens[0]) == 3
-    assert proposer.take_proposal("a") is None  # taken once
+    proposals = proposer.propose_trees([_request("a"), None, _request("b")], batch_size=3)
+    assert [len(d) for d in _drafts(proposals)] == [6, 0, 6]
+    proposal = proposals[0]
+    assert proposal.drafts == proposal.tokens[1:].tolist() and int(proposal.tokens[0]) == 3
+    assert proposal.tree_index == 0 and proposals[1] is None
     assert proposer.num_live_requests == 2
     proposer.drop(["a", "b"])
-    assert proposer.num_live_requests == 0 and proposer.take_proposal("b") is None
+    assert proposer.num_live_requests == 0
     assert proposer.stats.requests_freed == 2
 
 
@@ -71,7 +75,7 @@ def test_hysteresis_switches_and_mixes_trees_in_one_batch(tmp_path):
                                        "tau_on": 0.8, "tau_off": 0.4}}
     )
     # s >= p0: a confident request goes wide, an unsure one stays small, in the same step.
-    drafts = proposer.propose_trees([_request("sure", p0=0.95), _request("unsure", p0=0.1)], batch_size=2)
+    drafts = _drafts(proposer.propose_trees([_request("sure", p0=0.95), _request("unsure", p0=0.1)], batch_size=2))
     assert [len(d) for d in drafts] == [3, 1]
     assert proposer.stats.switches == 1 and proposer.stats.mixed_steps == 1
     proposer.propose_trees([_request("sure", p0=0.3, accept_length=2)], batch_size=1)
@@ -89,10 +93,9 @@ def test_batch_fallback_above_max_batch():
 
 def test_default_fallback_stops_drafting_above_four_requests():
     proposer = _proposer({"bank": "full:2,1,1"})  # default batch_fallback: max 4, no tree
-    drafts = proposer.propose_trees([_request(str(i)) for i in range(5)], batch_size=5)
-    assert drafts == [[]] * 5 and proposer.stats.fallback_steps == 5
-    assert all(proposer.take_proposal(str(i)) is None for i in range(5))
-    drafts = proposer.propose_trees([_request(str(i)) for i in range(4)], batch_size=4)
+    proposals = proposer.propose_trees([_request(str(i)) for i in range(5)], batch_size=5)
+    assert proposals == [None] * 5 and proposer.stats.fallback_steps == 5
+    drafts = _drafts(proposer.propose_trees([_request(str(i)) for i in range(4)], batch_size=4))
     assert all(len(d) == 6 for d in drafts)  # full:2,1,1 drafts 6 nodes
 
 
@@ -114,7 +117,7 @@ def test_fallback_drafts_only_long_matches_cut_and_within_the_budget(tmp_path):
     none = [1, 2, 3, 4, 5, 6]  # nothing recurs
     requests = [_lookup_request("short", short), _lookup_request("long2", long2),
                 _lookup_request("none", none), _lookup_request("long3", long3)]
-    drafts = proposer.propose_trees(requests, batch_size=4)
+    drafts = _drafts(proposer.propose_trees(requests, batch_size=4))
     # longest match first: long3 gets 3 tokens (the cut), long2 the 2 left of the budget of 5;
     # the 1-token match and the request without a match draft nothing
     assert drafts == [[], [22, 23], [], [10, 11, 12]]
@@ -122,7 +125,7 @@ def test_fallback_drafts_only_long_matches_cut_and_within_the_budget(tmp_path):
     # the policy still saw every match (the short one switched it to the loop tree too)
     assert proposer.stats.switches == 3
     # at or below max_batch the policy's tree drafts the whole proposal
-    drafts = proposer.propose_trees(requests[:2], batch_size=2)
+    drafts = _drafts(proposer.propose_trees(requests[:2], batch_size=2))
     assert drafts == [[32, 33, 34, 35, 36], [22, 23, 24, 25, 5]]
 
 
@@ -138,18 +141,18 @@ def test_head_feature_policy_reads_head_one_and_skips_it_under_the_fallback(tmp_
     tau = sum(p1) / 2
     proposer = _proposer({"bank": str(bank), "policy": f"hysteresis@head_top1_1:{tau!r}:small,wide",
                           "batch_fallback": {"max_batch": 2, "tree": "loop"}})
-    drafts = proposer.propose_trees(requests, batch_size=2)
+    drafts = _drafts(proposer.propose_trees(requests, batch_size=2))
     assert [len(d) for d in drafts] == [3 if p > tau else 1 for p in p1]
     calls = head_calls(HydraHeads)
     switches = proposer.stats.switches
-    drafts = proposer.propose_trees(requests + [_request("c")], batch_size=3)  # above max_batch
+    drafts = _drafts(proposer.propose_trees(requests + [_request("c")], batch_size=3))  # above max_batch
     assert drafts == [[], [], []] and calls == [] and proposer.stats.switches == switches
     assert proposer.stats.fallback_steps == 3
 
 
 def test_without_the_entmtp_runner_the_error_names_the_worker():
     proposer = _proposer({"bank": "full:2,1,1"})
-    with pytest.raises(EntMTPError, match="--worker-cls entmtp_vllm.vllm_plugin.worker.EntMTPCPUWorker"):
+    with pytest.raises(EntMTPError, match="--worker-cls at auto .*EntMTPCPUWorker on CPU, EntMTPGPUWorker on CUDA"):
         proposer.propose([[1]], None, None)
     proposer.drafter = None
     with pytest.raises(EntMTPError, match="worker-cls"):
