@@ -151,9 +151,12 @@ def model_shape(
         return None
     if kv_cache_dtype and kv_cache_dtype.startswith("fp8"):
         dtype_bytes = 1
+    elif dtype not in (None, "auto"):
+        dtype_bytes = _DTYPE_BYTES.get(dtype, 4)
     else:
-        name = dtype if dtype not in (None, "auto") else (config.get("torch_dtype") or config.get("dtype") or "float32")
-        dtype_bytes = _DTYPE_BYTES.get(str(name).removeprefix("torch."), 4)
+        # vLLM's "auto" keeps a 16-bit config dtype and downcasts float32 models to the platform's
+        # preferred 16-bit type (`config/model.py`, "Downcast for float32 models").
+        dtype_bytes = 2
     length = max_model_len or int(config.get("max_position_embeddings") or 2048)
     return ModelShape(num_layers, num_kv_heads, head_dim, dtype_bytes, length)
 

@@ -103,6 +103,9 @@ def test_kv_cache_sized_for_the_machine(tmp_path):
     shorter = build_serve_command(ServeOptions(**options, vllm_args=["--max-model-len", "1k"]), cpu=True,
                                   memory=ROOMY, environ={})
     assert int(option_value(shorter.argv, "--kv-cache-memory-bytes")) == 16 * 1000 * per_token
+    (tmp_path / "config.json").write_text((tmp_path / "config.json").read_text().replace("bfloat16", "float32"))
+    auto = build_serve_command(ServeOptions(**options), cpu=True, memory=ROOMY, environ={})
+    assert int(option_value(auto.argv, "--kv-cache-memory-bytes")) == 16 * 8192 * per_token  # vLLM downcasts
     fp32 = build_serve_command(ServeOptions(**options, dtype="float32", vllm_args=["--max-model-len=4096"]),
                                cpu=True, memory=ROOMY, environ={})
     assert int(option_value(fp32.argv, "--kv-cache-memory-bytes")) == 2 * 16 * 4096 * per_token
