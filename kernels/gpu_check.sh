@@ -8,7 +8,8 @@
 # pip-installed if missing; if that fails, `python -m entmtp_kernels.selfcheck` stands in for the
 # tests. The sm_90 compile test is skipped here (the GPU run compiles and runs every kernel for
 # the real device anyway; the CPU suite runs it). Results go to $OUT (default
-# /tmp/entmtp-gpu-check): env.txt, pytest.log, pytest.xml, bench.log, bench.json, bench.md.
+# /tmp/entmtp-gpu-check): env.txt, pytest.log, pytest.xml, bench.log, bench.json, bench.md,
+# cost_curve_smollm2-135m.json, cost_curve_llama-7b.json, cost_curve.log.
 # Exit status: non-zero if the tests or the benchmark failed.
 set -uo pipefail
 
@@ -65,4 +66,21 @@ echo "gpu_check: tests exit status $TESTS_RC"
 BENCH_RC=${PIPESTATUS[0]}
 echo "gpu_check: bench exit status $BENCH_RC; results in $OUT_DIR"
 
-[ "$TESTS_RC" -eq 0 ] && [ "$BENCH_RC" -eq 0 ]
+# Step-cost curves (random weights time like real ones) of the embedded model's shape and of a
+# 7B Llama's, for `entmtp search rerank BANK --cost-curve ...` (banks for this GPU, no decoding).
+# Needs only torch + transformers: the repository root goes on PYTHONPATH (nothing installed).
+PYTHONPATH="$REPO:$PYTHONPATH" "$PY" - "$OUT_DIR" <<'PYEOF' 2>&1 | tee "$OUT_DIR/cost_curve.log"
+import json, sys
+from tree_search.cost_curve import measure_cost_curve
+for shape in ("smollm2-135m", "llama-7b"):
+    curve = measure_cost_curve(shape, tokens=(1, 2, 4, 8, 16, 32, 64), batches=(1, 8, 32), context=1024,
+                               dtype="bfloat16", device="cuda", repeats=10, progress=False)
+    with open(f"{sys.argv[1]}/cost_curve_{shape}.json", "w") as handle:
+        json.dump(curve.to_json(), handle, indent=1)
+    for batch in curve.batches:
+        print(shape, "batch", batch, {n: round(curve.relative(batch, n), 3) for b, n in sorted(curve.points) if b == batch})
+PYEOF
+CURVE_RC=${PIPESTATUS[0]}
+echo "gpu_check: cost curves exit status $CURVE_RC"
+
+[ "$TESTS_RC" -eq 0 ] && [ "$BENCH_RC" -eq 0 ] && [ "$CURVE_RC" -eq 0 ]

@@ -41,6 +41,21 @@ table), frontier.png (τ against size, the published reference tree starred) and
 entmtp-bank with the trees at --bank-sizes, named n4, n8, ...: `entmtp tree show bank.json`,
 `entmtp generate --bank bank.json --policy static:n8`)."""
 
+COST_CURVE_DESCRIPTION = """\
+Measure how much one verification step costs on this machine as the tree grows: the time of one
+target forward over n new tokens per request (--tokens), for a batch of B requests (--batches),
+after --context tokens in the KV cache, relative to n = 1 (an autoregressive step). The model is
+a Llama of the given shape with random weights (they time like real ones; no checkpoint needed),
+built with transformers on --device. Writes an entmtp-cost-curve JSON for `search rerank`."""
+
+RERANK_DESCRIPTION = """\
+Re-rank a frontier bank's trees for the hardware a cost curve was measured on, without decoding:
+acceptance (τ) does not depend on the hardware, so each tree's predicted speedup over AR is
+τ / cost(n), cost(n) = ms(verify n tokens) / ms(verify 1) at --batch (linear between measured
+points; the draft heads' own cost is left out). Writes rerank_<curve>-<device>-b<B>.md / .json
+and bank_<...>.json: the throughput-Pareto trees under the prediction, static policy on the best.
+On CPU the `throughput` action, which times whole decodes, remains the reference."""
+
 DEBIAS_DESCRIPTION = """\
 Re-measure frontier trees without the what-if bias: each tree runs as a static policy in the
 reference engine (its own drafts, mask and KV cache; greedy) on the frontier's calibration
@@ -250,6 +265,33 @@ def add_actions(sub: argparse._SubParsersAction) -> None:
     regimes.add_argument("--no-progress", action="store_true", help="no progress bars")
     regimes.set_defaults(func=run_regimes_cmd)
 
+    curve = sub.add_parser(
+        "cost-curve", help="measure the step-cost curve (verify n tokens for a batch of B, relative to 1) of a model shape",
+        description=COST_CURVE_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    curve.add_argument("--shape", default="smollm2-135m",
+                       help="a named shape (smollm2-135m, llama-7b) or a model folder / config.json (default: %(default)s)")
+    curve.add_argument("--tokens", default="1,2,4,8,16,32,64", help="tokens verified per request (default: %(default)s)")
+    curve.add_argument("--batches", default="1", help="batch sizes (default: %(default)s)")
+    curve.add_argument("--context", type=int, default=512, help="context tokens already in the KV cache (default: %(default)s)")
+    curve.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
+    curve.add_argument("--device", default=None, help="cuda or cpu (default: cuda when there is one)")
+    curve.add_argument("--repeats", type=int, default=5, help="timings per point, median kept (default: %(default)s)")
+    curve.add_argument("--threads", type=int, default=1, help="torch threads on CPU (default: %(default)s)")
+    curve.add_argument("--out", required=True, help="the curve's JSON file")
+    curve.add_argument("--no-progress", action="store_true")
+    curve.set_defaults(func=run_cost_curve_cmd)
+
+    rerank = sub.add_parser(
+        "rerank", help="re-rank a frontier bank's trees for other hardware from a step-cost curve (no decoding)",
+        description=RERANK_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    rerank.add_argument("bank", help="an entmtp-bank with measured accept lengths (frontier bank.json, bank_debiased.json)")
+    rerank.add_argument("--cost-curve", required=True, help="a curve written by `search cost-curve`")
+    rerank.add_argument("--batch", type=int, default=1, help="which measured batch size to rank for (default: %(default)s)")
+    rerank.add_argument("--out", required=True, help="folder for rerank_*.md / .json and bank_*.json")
+    rerank.set_defaults(func=run_rerank_cmd)
+
     summary = sub.add_parser(
         "summary",
         help="target checks of finished runs (half-size τ, EntMTP* vs reference vs AR, wall times); copy small outputs",
@@ -349,6 +391,42 @@ def run_regimes_cmd(args: argparse.Namespace) -> int:
     print(regimes_markdown(results), end="")
     print("wrote " + ", ".join(results["outputs"].values()), file=sys.stderr)
     return 0
+
+
+def run_cost_curve_cmd(args: argparse.Namespace) -> int:
+    import json
+
+    from tree_search.cost_curve import measure_cost_curve
+
+    _threads(args.threads)
+    curve = measure_cost_curve(args.shape, _int_list(args.tokens, "--tokens"), _int_list(args.batches, "--batches"),
+                               args.context, args.dtype, args.device, args.repeats, progress=not args.no_progress)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(curve.to_json(), indent=1) + "\n", encoding="utf-8")
+    for batch in curve.batches:
+        ratios = ", ".join(f"{n}: {curve.relative(batch, n):.2f}x" for b, n in sorted(curve.points) if b == batch)
+        print(f"batch {batch}: 1 token {curve.points[(batch, 1)]:.2f} ms; {ratios}")
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def run_rerank_cmd(args: argparse.Namespace) -> int:
+    from tree_search.cost_curve import rerank_bank
+
+    written = rerank_bank(args.bank, args.cost_curve, args.out, args.batch)
+    print(Path(written["markdown"]).read_text(encoding="utf-8"), end="")
+    print("wrote " + ", ".join(written.values()), file=sys.stderr)
+    return 0
+
+
+def _int_list(text: str, option: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise EntMTPError(f"{option} {text!r}: give comma-separated whole numbers") from None
+    if not values or min(values) < 1:
+        raise EntMTPError(f"{option} {text!r}: give positive numbers")
+    return values
 
 
 def run_summary_cmd(args: argparse.Namespace) -> int:
