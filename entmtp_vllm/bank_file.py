@@ -25,7 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from entmtp_vllm.errors import EntMTPError
-from entmtp_vllm.policies import make_policy
+from entmtp_vllm.policies import Policy, make_policy, parse_policy_arg, validate_policy_config
 from entmtp_vllm.topology import TopologyBank
 from entmtp_vllm.tree import SPEC_FORMS, Tree
 
@@ -306,3 +306,32 @@ def load_tree_source(spec: str, name: str | None = None) -> list[tuple[str, Tree
         except EntMTPError as exc:
             raise EntMTPError(f"tree file {path}: tree {tree_name!r}: {exc}") from None
     return trees
+
+
+def resolve_trees(
+    source: str | os.PathLike[str], name: str | None = None, policy: str | dict[str, Any] | None = None
+) -> tuple[TopologyBank, Policy]:
+    """The trees of `source` (`load_tree_source`: a shape, a bank file or a choices file; `name`
+    keeps one) and the policy that switches them: `policy` (a policy string or object), else the
+    bank file's own policy (when no `name` narrows it), else static on the first tree. The one
+    place both engines resolve their trees."""
+    named = load_tree_source(str(source), name)
+    bank = TopologyBank([tree for _, tree in named], [tree_name for tree_name, _ in named])
+    raw = policy
+    if raw is None and name is None:
+        raw = _bank_policy(Path(source))
+    if isinstance(raw, str):
+        config = parse_policy_arg(raw)
+    else:
+        config = validate_policy_config(raw if raw is not None else {"kind": "static", "tree": 0})
+    return bank, make_policy(config, bank)
+
+
+def _bank_policy(path: Path) -> dict[str, Any] | None:
+    """The policy stored in a bank file; None for anything else (shapes, choices files)."""
+    if not path.is_file():
+        return None
+    data = _read_json(path, "tree file")
+    if isinstance(data, dict) and data.get("format") == BANK_FORMAT:
+        return _parse_bank(data, f"bank file {path}").policy
+    return None

@@ -348,3 +348,25 @@ def test_shipped_banks_load_and_fit_the_shipped_heads(path: Path) -> None:
     if heads.is_dir():
         assert topology.head_depth <= int(read_heads_config(heads)["num_heads"])
     assert bank.policy is not None and len(SHIPPED_BANKS) >= 5
+
+
+def test_resolve_trees_takes_the_policy_given_then_the_banks_then_static(tmp_path: Path) -> None:
+    from entmtp_vllm.bank_file import resolve_trees
+    from entmtp_vllm.policies import HysteresisPolicy, StaticPolicy
+
+    path = tmp_path / "bank.json"
+    bank = BankFile(
+        trees=[BankTree(name="small", choices=[[0]]), BankTree(name="wide", choices=[[0], [1]])],
+        policy={"kind": "hysteresis", "conservative": "small", "aggressive": "wide", "tau_on": 0.5},
+    )
+    save_bank(bank, path)
+    topology, policy = resolve_trees(path)
+    assert list(topology.names) == ["small", "wide"] and isinstance(policy, HysteresisPolicy)
+    _, given = resolve_trees(path, policy="static:wide")
+    assert isinstance(given, StaticPolicy) and given.initial == 1
+    one, narrowed = resolve_trees(path, name="wide")  # one tree kept: the bank's policy cannot apply
+    assert list(one.names) == ["wide"] and isinstance(narrowed, StaticPolicy) and narrowed.initial == 0
+    shape, default = resolve_trees("full:2,1")
+    assert len(shape) == 1 and isinstance(default, StaticPolicy)
+    with pytest.raises(EntMTPError, match="no such file"):
+        resolve_trees(tmp_path / "missing.json")

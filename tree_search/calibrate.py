@@ -62,9 +62,10 @@ from entmtp_vllm.acceptance import longest_path
 from entmtp_vllm.bank_file import BankFile, load_bank, save_bank
 from entmtp_vllm.bench.paired import paired_speed, paired_text
 from entmtp_vllm.errors import EntMTPError
-from entmtp_vllm.features import FeatureTracker, entropy
-from entmtp_vllm.lookup import LookupConfig, LookupMatch, LookupStats, PromptLookup
+from entmtp_vllm.features import entropy
+from entmtp_vllm.lookup import LookupConfig, LookupMatch, PromptLookup
 from entmtp_vllm.policies import make_policy, validate_policy_config
+from entmtp_vllm.scheduling import TreeScheduler
 from entmtp_vllm.tree import LOOKUP, Tree
 
 from tree_search.report import write_stage_outputs
@@ -196,7 +197,7 @@ def accept_length(tree: frozenset, ranks: Sequence[int]) -> int:
 class HybridReplay:
     """Prompt lookup in the replay of a bank with hybrid trees, as the engines run it: each step
     the lookup drafter proposes from the context (prompt + trajectory up to the root), the policy
-    reads the lookup features (`LookupStats`), the chosen tree's chain is cut to the tokens found,
+    reads the lookup features (the scheduler's `LookupStats`), the chosen tree's chain is cut to the tokens found,
     and the accepted path is the engine's (`accept_greedy`'s rows and tie-break) with node
     acceptance from the oracle ranks (head nodes) and the correct copies (lookup nodes)."""
 
@@ -215,16 +216,17 @@ class HybridReplay:
 
 
 class _HybridWalk:
-    """One trajectory's lookup state during a replay."""
+    """One trajectory's lookup proposals and accepted paths during a replay (the lookup
+    statistics live in the scheduler's request state)."""
 
     def __init__(self, owner: HybridReplay, k: int) -> None:
         self.owner, self.k = owner, k
-        self.stats = LookupStats(owner.config.ema_alpha)
 
-    def features(self, i: int) -> dict[str, float]:
-        return self.stats.features(self.owner._matches[self.k][i])
+    def match(self, i: int) -> LookupMatch:
+        return self.owner._matches[self.k][i]
 
-    def accept(self, index: int, i: int) -> int:
+    def accept(self, index: int, i: int) -> tuple[int, int, int]:
+        """(accept length, lookup tokens drafted, lookup tokens accepted) of tree `index` at `i`."""
         owner = self.owner
         found = len(owner._matches[self.k][i].tokens)
         buffers = owner.bank.buffers(index, "cpu", lookup_length=found)
@@ -234,9 +236,8 @@ class _HybridWalk:
             depth, rank = len(path), path[-1]
             node_ok[node] = hits >= depth if rank == LOOKUP else (depth <= len(ranks) and ranks[depth - 1] == rank)
         accepted = longest_path(buffers, node_ok)
-        if buffers.lookup_nodes:
-            self.stats.observe(len(buffers.lookup_nodes), len(set(accepted) & set(buffers.lookup_nodes)))
-        return len(accepted)
+        lookup = set(buffers.lookup_nodes)
+        return len(accepted), len(lookup), len(lookup & set(accepted))
 
 
 @dataclass
@@ -281,20 +282,20 @@ def replay(policy_config: dict[str, Any], trees: Sequence[tuple[str, Tree]], cal
     counts = [0] * len(trees)
     steps = accepted = tokens = prompt_tokens = switches = 0
     per_step: list[dict[str, Any]] | None = [] if detail else None
+    scheduler = TreeScheduler(policy, hybrid is not None, hybrid.config.ema_alpha if hybrid else LookupConfig().ema_alpha)
     for k, (trajectory, feats) in enumerate(zip(calibration.trajectories, features)):
-        tracker = FeatureTracker()
-        state = policy.new_state()
+        schedule = scheduler.new_request()
         lookup = hybrid.start(k) if hybrid is not None else None
 
         def accept_at(i: int) -> int:
-            extra = lookup.features(i) if lookup is not None else None
-            f = tracker.features(feats.p0[i], feats.chain[i][:depth], feats.entropy[i], extra)
-            index = policy.choose(state, f)
+            match = lookup.match(i) if lookup is not None else None
+            f = scheduler.features(schedule, feats.p0[i], feats.chain[i][:depth], feats.entropy[i], match)
+            index = scheduler.choose(schedule, f)
             if lookup is not None:
-                a = lookup.accept(index, i)
+                a, proposed, copied = lookup.accept(index, i)
             else:
-                a = accept_length(tree_sets[index], trajectory.ranks[i])
-            tracker.observe_step(a, feats.entropy[i])
+                a, proposed, copied = accept_length(tree_sets[index], trajectory.ranks[i]), 0, 0
+            scheduler.observe(schedule, a, proposed, copied)
             counts[index] += 1
             if per_step is not None:
                 per_step.append({"prompt": k, "position": i, "tree": names[index], "accept_length": a,
@@ -304,7 +305,7 @@ def replay(policy_config: dict[str, Any], trees: Sequence[tuple[str, Tree]], cal
         for _, a in walk(trajectory, calibration.max_tokens, calibration.eos_ids, accept_at):
             steps += 1
             accepted += a
-        switches += state.switches
+        switches += schedule.policy.switches
         tokens += output_tokens(trajectory, calibration.max_tokens, calibration.eos_ids)
         prompt_tokens += len(trajectory.prompt_ids)
     return ReplayResult(steps, accepted, tokens, prompt_tokens, dict(zip(names, counts)), switches, per_step)

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import torch
 
-from entmtp_vllm.bank_file import load_bank, load_tree_source
+from entmtp_vllm.bank_file import resolve_trees
 from entmtp_vllm.engine.defaults import DEFAULT_BANK, DTYPE_CHOICES
 from entmtp_vllm.errors import EntMTPError
-from entmtp_vllm.policies import Policy, make_policy, parse_policy_arg
+from entmtp_vllm.policies import Policy
 from entmtp_vllm.topology import TopologyBank
 
 DTYPES: dict[str, torch.dtype] = {
@@ -102,18 +102,9 @@ def load_trees(
     if tree is None and bank is None:
         bank = DEFAULT_BANK
     if bank is not None:
-        bank_file = load_bank(bank)
-        topology = bank_file.topology_bank()
-        config = policy if policy is not None else bank_file.policy
+        topology, resolved = resolve_trees(bank, None, policy)
         label = f"bank:{Path(bank).name}"
     else:
-        spec = tree
-        named = load_tree_source(spec, name)
-        topology = TopologyBank([t for _, t in named], [n for n, _ in named])
-        config = policy
-        label = f"tree:{spec}" + (f"#{name}" if name else "")
-    if isinstance(config, str):
-        config = parse_policy_arg(config)
-    if config is None:
-        config = {"kind": "static", "tree": 0}
-    return topology, make_policy(config, topology), label
+        topology, resolved = resolve_trees(tree, name, policy)
+        label = f"tree:{tree}" + (f"#{name}" if name else "")
+    return topology, resolved, label

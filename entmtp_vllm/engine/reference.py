@@ -42,10 +42,11 @@ from entmtp_vllm.config import SamplingParams, TypicalConfig
 from entmtp_vllm.engine.kv_cache import cache_length, check_compactable, compact_to_path
 from entmtp_vllm.engine.records import Generation, StepRecord
 from entmtp_vllm.errors import EntMTPError
-from entmtp_vllm.features import FeatureTracker, entropy
-from entmtp_vllm.lookup import NO_MATCH, LookupConfig, LookupStats, PromptLookup
+from entmtp_vllm.features import entropy
+from entmtp_vllm.lookup import NO_MATCH, LookupConfig, PromptLookup
 from entmtp_vllm.policies import Policy, make_policy
 from entmtp_vllm.sampling import greedy_tokens, processed_probs, sample
+from entmtp_vllm.scheduling import TreeScheduler
 from entmtp_vllm.topology import TopologyBank, TreeBuffers
 
 METHODS = ("tree", "ar")
@@ -123,10 +124,12 @@ class ReferenceEngine:
                     f"{heads} tokens deep; use a tree of depth <= {heads} or heads with more heads"
                 )
             self.policy = policy if policy is not None else make_policy({"kind": "static", "tree": 0}, bank)
+            self.scheduler = TreeScheduler(self.policy, self.lookup is not None, self.lookup_alpha)
         else:
             if policy is not None:
                 raise EntMTPError("a tree policy was given without a bank of trees")
             self.policy = None
+            self.scheduler = None
 
     # ------------------------------------------------------------------ checks
 
@@ -253,9 +256,7 @@ class ReferenceEngine:
         paused += time.perf_counter() - pause
 
         steps: list[StepRecord] = []
-        tracker = FeatureTracker()
-        lookup_stats = LookupStats(self.lookup_alpha)
-        state = self.policy.new_state() if self.policy is not None else None
+        schedule = self.scheduler.new_request() if self.scheduler is not None else None
         stop_reason = "eos" if root in self.eos_ids else "length"
 
         while len(generated) < max_new_tokens and stop_reason != "eos":
@@ -280,9 +281,8 @@ class ReferenceEngine:
                 match = NO_MATCH
                 if self.lookup is not None:  # the context ends with the root
                     match = self.lookup.propose(prompt_ids + generated, self.bank.lookup_length)
-                extra = lookup_stats.features(match) if self.lookup is not None else None
-                step_features = tracker.features(p0, head_top1, step_entropy, extra)
-                tree_index = self.policy.choose(state, step_features)
+                step_features = self.scheduler.features(schedule, p0, head_top1, step_entropy, match)
+                tree_index = self.scheduler.choose(schedule, step_features)
                 tree_name = self.bank.names[tree_index]
                 buffers = self.bank.buffers(tree_index, self.device, lookup_length=len(match.tokens))
                 nodes = buffers.num_nodes
@@ -313,13 +313,12 @@ class ReferenceEngine:
                     draft_probs=None,
                 )
                 accepted = result.accepted
-                if buffers.lookup_nodes:
-                    lookup_stats.observe(len(buffers.lookup_nodes), len(set(accepted) & set(buffers.lookup_nodes)))
                 compact_to_path(cache, past_len, accepted)
                 emitted = result.emitted(tokens)
                 if observe:
                     self.drafter.observe(hidden[accepted], past_len + torch.arange(len(accepted)))
-                tracker.observe_step(len(emitted), step_entropy)
+                lookup_nodes = set(buffers.lookup_nodes)
+                self.scheduler.observe(schedule, len(emitted), len(lookup_nodes), len(lookup_nodes & set(accepted)))
                 features = step_features.as_row()
 
             # --- the last accepted node feeds the next step; the last emitted token is its root.
@@ -361,5 +360,5 @@ class ReferenceEngine:
             prefill_time_s=prefill_time,
             total_time_s=total_time,
             stop_reason=stop_reason,
-            tree_switches=state.switches if state is not None else 0,
+            tree_switches=schedule.policy.switches if schedule is not None else 0,
         )

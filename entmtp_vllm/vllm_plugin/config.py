@@ -20,11 +20,11 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from entmtp_vllm.bank_file import BANK_FORMAT, load_bank, load_tree_source
+from entmtp_vllm.bank_file import resolve_trees
 from entmtp_vllm.config import DEFAULT_VLLM_BANK, TypicalConfig
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.lookup import LookupConfig
-from entmtp_vllm.policies import Policy, make_policy, parse_policy_arg, validate_policy_config
+from entmtp_vllm.policies import Policy
 from entmtp_vllm.topology import TopologyBank
 
 ADDITIONAL_CONFIG_KEY = "entmtp"
@@ -206,20 +206,6 @@ class ResolvedTrees:
     fallback_max_batch: int | None
 
 
-def _bank_policy(spec: str) -> dict[str, Any] | None:
-    """The policy stored in a bank file, or None (not a bank file, or no policy)."""
-    path = Path(spec)
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None  # load_tree_source already reported anything wrong with the file
-    if isinstance(data, dict) and data.get("format") == BANK_FORMAT:
-        return load_bank(path).policy
-    return None
-
-
 def lookup_only_tree(bank: TopologyBank) -> int | None:
     """Index of the bank's longest tree whose nodes (the root aside) are all prompt-lookup
     nodes, or None when it has none."""
@@ -229,16 +215,7 @@ def lookup_only_tree(bank: TopologyBank) -> int | None:
 
 def resolve(config: EntMTPConfig, num_speculative_tokens: int | None = None) -> ResolvedTrees:
     """Load the trees and the policy; check every tree fits `num_speculative_tokens` drafts."""
-    named = load_tree_source(config.bank, config.tree)
-    bank = TopologyBank([tree for _, tree in named], [name for name, _ in named])
-    raw_policy = config.policy if config.policy is not None else _bank_policy(config.bank)
-    if isinstance(raw_policy, str):
-        policy_config = parse_policy_arg(raw_policy)
-    elif raw_policy is None:
-        policy_config = validate_policy_config({"kind": "static", "tree": 0})
-    else:
-        policy_config = validate_policy_config(raw_policy)
-    policy = make_policy(policy_config, bank)
+    bank, policy = resolve_trees(config.bank, config.tree, config.policy)
 
     fallback = None
     if config.batch_fallback is not None and config.batch_fallback.tree is not None:

@@ -4,9 +4,10 @@ vLLM constructs it as `custom_class` (`EntMTPProposer(vllm_config)`) inside the 
 calls `load_model(target_model)`. The EntMTP model runner (`model_runner.py`) then drives it,
 once per step, with what vLLM's `propose()` does not pass: each request's id, the target's last
 hidden state at its last accepted node, the root token, and the verifier's p0 / entropy there.
-Per request it keeps a policy state and a feature tracker (created on first sight, freed when the
-request finishes, is aborted or preempted; the `entmtp_active_requests` gauge follows their
-number), asks the policy for this step's tree, drafts the tree
+Per request it keeps the core scheduler's state (`scheduling.RequestSchedule`: policy state,
+feature tracker, lookup statistics; created on first sight, freed when the request finishes, is
+aborted or preempted; the `entmtp_active_requests` gauge follows their number), asks the
+scheduler for this step's tree, drafts the tree
 with the core `TreeDrafter`, and returns one `Proposal` per request (tree index, tokens in bank
 node order); the runner keeps them until it verifies them and hands vLLM their drafts.
 
@@ -23,9 +24,8 @@ from typing import Any
 import torch
 
 from entmtp_vllm.errors import EntMTPError
-from entmtp_vllm.features import FeatureTracker
-from entmtp_vllm.lookup import NO_MATCH, LookupMatch, LookupStats, PromptLookup
-from entmtp_vllm.policies import PolicyState
+from entmtp_vllm.lookup import NO_MATCH, LookupMatch, PromptLookup
+from entmtp_vllm.scheduling import RequestSchedule, TreeScheduler
 from entmtp_vllm.topology import TreeBuffers, build_tree_buffers
 from entmtp_vllm.tree import Tree
 from entmtp_vllm.vllm_plugin import metrics
@@ -71,14 +71,6 @@ class DraftRequest:
     context: Any = None
     """The request's tokens so far (prompt + output, ending with `root`), for prompt lookup;
     None: no lookup for this request this step."""
-
-
-@dataclass
-class RequestState:
-    policy: PolicyState
-    tracker: FeatureTracker = field(default_factory=FeatureTracker)
-    lookup: LookupStats = field(default_factory=LookupStats)
-    entropy_at_proposal: float | None = None
 
 
 @dataclass
@@ -161,7 +153,8 @@ class EntMTPProposer:
         self.runner_attached = False
         """Set by the EntMTP model runner; without it vLLM would call `propose()` blindly."""
         self.stats = ProposerStats()
-        self._requests: dict[str, RequestState] = {}
+        self.scheduler = TreeScheduler(self.policy, self.bank.lookup_length > 0, self.settings.lookup.ema_alpha)
+        self._requests: dict[str, RequestSchedule] = {}
         self._subtrees: dict[tuple[int, int, int], tuple[TreeBuffers, bool]] = {}
         self.lookup = PromptLookup(self.settings.lookup) if self.bank.lookup_length > 0 else None
         metrics.set_gauge("active_requests", 0)  # the series exists (at 0) from the start
@@ -225,20 +218,21 @@ class EntMTPProposer:
         """After verification: how many of the request's lookup tokens were drafted / accepted."""
         state = self._requests.get(req_id)
         if state is not None and proposed:
-            state.lookup.observe(proposed, accepted)
-            self.stats.lookup_proposed += proposed
-            self.stats.lookup_accepted += accepted
-            metrics.count("lookup_tokens", proposed)
-            metrics.count("lookup_accepted", accepted)
+            self.scheduler.observe(state, None, proposed, accepted)
+            self._count("lookup_proposed", proposed, metric="lookup_tokens")
+            self._count("lookup_accepted", accepted)
 
     def record_verification(self, drafted_nodes: int, accepted_tokens: int, moves: int) -> None:
         self.stats.verified += 1
-        self.stats.drafted_nodes += drafted_nodes
-        self.stats.accepted_tokens += accepted_tokens
-        self.stats.compaction_moves += moves
-        metrics.count("drafted_nodes", drafted_nodes)
-        metrics.count("accepted_tokens", accepted_tokens)
-        metrics.count("compaction_moves", moves)
+        self._count("drafted_nodes", drafted_nodes)
+        self._count("accepted_tokens", accepted_tokens)
+        self._count("compaction_moves", moves)
+
+    def _count(self, stat: str, value: int = 1, metric: str | None = None, **labels: str) -> None:
+        """One counter, in the proposer's stats and the Prometheus series (named `metric`, default
+        the stat's name)."""
+        setattr(self.stats, stat, getattr(self.stats, stat) + value)
+        metrics.count(metric or stat, value, **labels)
 
     def drafts_nothing(self, batch_size: int) -> bool:
         """Whether a step with `batch_size` requests falls back to plain decoding (no drafts)."""
@@ -254,8 +248,7 @@ class EntMTPProposer:
         proposals: list[Proposal | None] = []
         chosen: set[int] = set()
         if self.drafts_nothing(batch_size):  # plain decoding for this step
-            self.stats.fallback_steps += sum(r is not None for r in requests)
-            metrics.count("fallback_steps", sum(r is not None for r in requests))
+            self._count("fallback_steps", sum(r is not None for r in requests))
             return [None] * len(requests)
         found = [self._lookup(request) for request in requests]
         # Under load the fallback tree drafts only the best matches (the policy still sees them all).
@@ -265,8 +258,7 @@ class EntMTPProposer:
                 proposals.append(None)
                 continue
             state = self._state(request.req_id)
-            if request.accept_length is not None and state.entropy_at_proposal is not None:
-                state.tracker.observe_step(request.accept_length, state.entropy_at_proposal)
+            self.scheduler.observe(state, request.accept_length)
             step = self.drafter.begin(request.hidden.to(self.device), request.root)
             # The heads' top-1 chain only as deep as the policy reads it (head_top1_1: head 1, whose
             # output the draft reuses); the path value max(p0, p0·p1, …) equals p0 (every p <= 1).
@@ -276,27 +268,24 @@ class EntMTPProposer:
             chain = self.policy.heads_read
             if fallback_tree is None or not chain:
                 head_top1 = step.greedy_chain(chain) if chain else []
-                extra = state.lookup.features(seen) if self.lookup is not None else None
-                features = state.tracker.features(request.p0, head_top1, request.entropy, extra)
+                features = self.scheduler.features(state, request.p0, head_top1, request.entropy, seen)
                 switches = state.policy.switches
-                index = self.policy.choose(state.policy, features)
-                self.stats.switches += state.policy.switches - switches
-                metrics.count("switches", state.policy.switches - switches)
+                index = self.scheduler.choose(state, features)
+                self._count("switches", state.policy.switches - switches)
+            else:
+                self.scheduler.skip(state, request.entropy)
             if fallback_tree is not None:
                 index = fallback_tree
-                self.stats.fallback_steps += 1
-                metrics.count("fallback_steps")
+                self._count("fallback_steps")
             chosen.add(index)
             buffers = self.bank.buffers(index, self.device, lookup_length=len(match.tokens))
             # Top-k drafting (and copying) is deterministic: the lossless rule then needs no
             # draft distributions (q is the one-hot on each drafted token).
             tokens = step.draft(buffers, match.tokens).tokens.to("cpu", torch.long)
             proposal = Proposal(index, tokens, tokens[1:].tolist(), len(buffers.lookup_nodes))
-            state.entropy_at_proposal = request.entropy
             name = self.bank.names[index]
             self.stats.tree_usage[name] = self.stats.tree_usage.get(name, 0) + 1
-            metrics.count("tree_steps", tree=name)
-            self.stats.steps += 1
+            self._count("steps", metric="tree_steps", tree=name)
             proposals.append(proposal)
         if len(chosen) > 1:
             self.stats.mixed_steps += 1
@@ -343,10 +332,10 @@ class EntMTPProposer:
     def num_live_requests(self) -> int:
         return len(self._requests)
 
-    def _state(self, req_id: str) -> RequestState:
+    def _state(self, req_id: str) -> RequestSchedule:
         state = self._requests.get(req_id)
         if state is None:
-            state = self._requests[req_id] = RequestState(policy=self.policy.new_state())
+            state = self._requests[req_id] = self.scheduler.new_request()
             self.stats.requests_seen += 1
             metrics.set_gauge("active_requests", len(self._requests))
         return state
