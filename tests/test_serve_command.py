@@ -12,11 +12,13 @@ from entmtp_vllm.kv_cache_size import GIB, NodeMemory
 from entmtp_vllm.serve_command import IN_PROCESS_ENV, ServeOptions, build_serve_command, option_value
 
 ROOMY = NodeMemory(node=0, total=8 * GIB, available=6 * GIB)
+BF16 = {"avx512f", "avx512_bf16"}  # a CPU with native bf16: vLLM's own dtype choice stands
+AVX2 = {"avx2", "fma"}
 
 
-def _build(cpu: bool = True, memory: NodeMemory = ROOMY, environ: dict | None = None, **options):
+def _build(cpu: bool = True, memory: NodeMemory = ROOMY, environ: dict | None = None, flags=BF16, **options):
     return build_serve_command(ServeOptions(model="org/model", **options), cpu=cpu, memory=memory,
-                               environ=environ or {})
+                               environ=environ or {}, flags=flags)
 
 
 def _entmtp_settings(command: list[str]) -> dict:
@@ -64,6 +66,23 @@ def test_cpu_defaults_only_on_cpu():
     assert "--enforce-eager" not in _build(eager=False).argv
 
 
+def test_float32_on_cpus_without_native_bf16(tmp_path):
+    avx2 = _build(flags=AVX2)
+    assert option_value(avx2.argv, "--dtype") == "float32" and "no native bf16" in avx2.notes[0]
+    assert option_value(_build(flags=BF16).argv, "--dtype") is None  # vLLM's choice (bf16 here)
+    assert option_value(_build(flags={"avx2", "amx_bf16"}).argv, "--dtype") is None
+    assert option_value(_build(flags=AVX2, dtype="bfloat16").argv, "--dtype") == "bfloat16"  # the user's
+    mine = _build(flags=AVX2, vllm_args=["--dtype", "bfloat16"])
+    assert mine.argv.count("--dtype") == 1 and option_value(mine.argv, "--dtype") == "bfloat16"
+    assert "--dtype" not in _build(cpu=False, flags=AVX2).argv  # GPUs: vLLM decides
+    (tmp_path / "config.json").write_text(json.dumps({
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 64,
+        "max_position_embeddings": 1024, "torch_dtype": "bfloat16",
+    }))
+    sized = build_serve_command(ServeOptions(model=str(tmp_path)), cpu=True, memory=ROOMY, environ={}, flags=AVX2)
+    assert int(option_value(sized.argv, "--kv-cache-memory-bytes")) == 16 * 1024 * (2 * 2 * 2 * 16 * 4)  # float32
+
+
 @pytest.mark.parametrize(
     "in_process, vllm_args, expected",
     [
@@ -92,22 +111,22 @@ def test_kv_cache_sized_for_the_machine(tmp_path):
         "max_position_embeddings": 8192, "torch_dtype": "bfloat16",
     }))
     options = dict(model=str(tmp_path))
-    built = build_serve_command(ServeOptions(**options), cpu=True, memory=ROOMY, environ={})
+    built = build_serve_command(ServeOptions(**options), cpu=True, memory=ROOMY, environ={}, flags=BF16)
     size = int(option_value(built.argv, "--kv-cache-memory-bytes"))
     per_token = 2 * 30 * 3 * 64 * 2
     assert size == 16 * 8192 * per_token  # 16 full sequences fit in half of 6 GiB
     assert "16 sequences of 8192 tokens" in built.notes[0]
     small = NodeMemory(node=0, total=8 * GIB, available=2 * GIB)
-    built = build_serve_command(ServeOptions(**options), cpu=True, memory=small, environ={})
+    built = build_serve_command(ServeOptions(**options), cpu=True, memory=small, environ={}, flags=BF16)
     assert int(option_value(built.argv, "--kv-cache-memory-bytes")) == GIB  # capped at half of what is available
     shorter = build_serve_command(ServeOptions(**options, vllm_args=["--max-model-len", "1k"]), cpu=True,
-                                  memory=ROOMY, environ={})
+                                  memory=ROOMY, environ={}, flags=BF16)
     assert int(option_value(shorter.argv, "--kv-cache-memory-bytes")) == 16 * 1000 * per_token
     (tmp_path / "config.json").write_text((tmp_path / "config.json").read_text().replace("bfloat16", "float32"))
-    auto = build_serve_command(ServeOptions(**options), cpu=True, memory=ROOMY, environ={})
+    auto = build_serve_command(ServeOptions(**options), cpu=True, memory=ROOMY, environ={}, flags=BF16)
     assert int(option_value(auto.argv, "--kv-cache-memory-bytes")) == 16 * 8192 * per_token  # vLLM downcasts
     fp32 = build_serve_command(ServeOptions(**options, dtype="float32", vllm_args=["--max-model-len=4096"]),
-                               cpu=True, memory=ROOMY, environ={})
+                               cpu=True, memory=ROOMY, environ={}, flags=BF16)
     assert int(option_value(fp32.argv, "--kv-cache-memory-bytes")) == 2 * 16 * 4096 * per_token
 
 
@@ -152,8 +171,8 @@ def test_no_room_for_one_sequence_names_a_length_that_fits(tmp_path):
         "max_position_embeddings": 131072, "torch_dtype": "bfloat16",
     }))
     with pytest.raises(EntMTPError, match=r"--max-model-len \d+") as info:
-        build_serve_command(ServeOptions(model=str(tmp_path)), cpu=True, memory=ROOMY, environ={})
+        build_serve_command(ServeOptions(model=str(tmp_path)), cpu=True, memory=ROOMY, environ={}, flags=BF16)
     fits = int(str(info.value).split("--max-model-len ")[1].split()[0])
     built = build_serve_command(ServeOptions(model=str(tmp_path), vllm_args=["--max-model-len", str(fits)]),
-                                cpu=True, memory=ROOMY, environ={})
+                                cpu=True, memory=ROOMY, environ={}, flags=BF16)
     assert "--kv-cache-memory-bytes" in built.argv

@@ -170,7 +170,7 @@ def measure_cost_curve(
                     synchronize()
                     if i:  # the first call warms up
                         times.append((time.perf_counter() - start) * 1e3)
-                    cache.crop(context)
+                    cache.crop(-n)  # back to the context (a negative length removes tokens)
                 points[(batch, n)] = statistics.median(times)
                 if bar is not None:
                     bar.update()
