@@ -453,6 +453,6 @@ def build_parser(prog: str = "python -m tree_search") -> argparse.ArgumentParser
 
 
 def main(argv: list[str] | None = None) -> int:
-    from entmtp_vllm.cli.main import run
+    from entmtp_vllm.command_runner import run
 
     return run(build_parser(), argv, prog="tree_search", on_interrupt=" (rerun the same command to resume)")

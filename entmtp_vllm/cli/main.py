@@ -12,7 +12,7 @@ import argparse
 import importlib
 import sys
 
-from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.command_runner import run
 
 # Subcommand modules, in the order `entmtp --help` lists them.
 COMMAND_MODULES = (
@@ -39,25 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run(parser: argparse.ArgumentParser, argv: list[str] | None = None, prog: str = "entmtp", on_interrupt: str = "") -> int:
-    """Parse `argv` and run the chosen command: EntMTPError -> one line on stderr, exit 2;
-    Ctrl-C -> `<prog>: interrupted<on_interrupt>`, exit 130."""
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    try:
-        return int(args.func(args) or 0)
-    except EntMTPError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted{on_interrupt}", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        # Output piped into `head` and closed early: not an error for a CLI.
-        sys.stderr.close()
-        return 0
+__all__ = ["build_parser", "main", "run"]
 
 
 def main(argv: list[str] | None = None) -> int:
