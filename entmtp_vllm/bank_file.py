@@ -277,6 +277,11 @@ def _check_name(available: list[str], name: str | None, source: str) -> None:
 def load_tree_source(spec: str, name: str | None = None) -> list[tuple[str, Tree]]:
     """Trees named by `spec`: a generated shape (`chain:4`, `full:2^3`, `full:3,2,1`), a bank
     file, or a choices JSON file. `name` keeps only the tree with that name."""
+    return _tree_source(spec, name)[0]
+
+
+def _tree_source(spec: str, name: str | None) -> tuple[list[tuple[str, Tree]], BankFile | None]:
+    """`load_tree_source`'s trees, and the bank file they came from (None for other sources)."""
     path = Path(spec)
     if not path.exists():
         if not spec.startswith(_SPEC_PREFIXES):
@@ -286,13 +291,13 @@ def load_tree_source(spec: str, name: str | None = None) -> list[tuple[str, Tree
             )
         tree = Tree.from_spec(spec)
         _check_name([spec], name, f"tree spec {spec!r}")
-        return [(spec, tree)]
+        return [(spec, tree)], None
     data = _read_json(path, "tree file")
     if isinstance(data, dict) and data.get("format") == BANK_FORMAT:
         source = f"bank file {path}"
         bank = _parse_bank(data, source)
         _check_name([entry.name for entry in bank.trees], name, source)
-        return [(entry.name, entry.tree()) for entry in bank.trees if name in (None, entry.name)]
+        return [(entry.name, entry.tree()) for entry in bank.trees if name in (None, entry.name)], bank
     raw = _named_choices(data, path)
     if not raw:
         raise EntMTPError(f"tree file {path}: no trees in it")
@@ -305,7 +310,7 @@ def load_tree_source(spec: str, name: str | None = None) -> list[tuple[str, Tree
             trees.append((tree_name, Tree.from_choices(choices)))
         except EntMTPError as exc:
             raise EntMTPError(f"tree file {path}: tree {tree_name!r}: {exc}") from None
-    return trees
+    return trees, None
 
 
 def resolve_trees(
@@ -315,23 +320,19 @@ def resolve_trees(
     keeps one) and the policy that switches them: `policy` (a policy string or object), else the
     bank file's own policy (when no `name` narrows it), else static on the first tree. The one
     place both engines resolve their trees."""
-    named = load_tree_source(str(source), name)
+    named, bank_file = _tree_source(str(source), name)
     bank = TopologyBank([tree for _, tree in named], [tree_name for tree_name, _ in named])
-    raw = policy
-    if raw is None and name is None:
-        raw = _bank_policy(Path(source))
+    stored = bank_file.policy if bank_file is not None and name is None else None
+    return bank, resolve_policy(policy, bank, stored)
+
+
+def resolve_policy(policy: str | dict[str, Any] | None, bank: TopologyBank, stored: dict[str, Any] | None = None) -> Policy:
+    """`policy` (a policy string or object) over `bank`, else the policy `stored` with the bank,
+    else static on the first tree."""
+    raw = policy if policy is not None else stored
     if isinstance(raw, str):
         config = parse_policy_arg(raw)
     else:
         config = validate_policy_config(raw if raw is not None else {"kind": "static", "tree": 0})
-    return bank, make_policy(config, bank)
+    return make_policy(config, bank)
 
-
-def _bank_policy(path: Path) -> dict[str, Any] | None:
-    """The policy stored in a bank file; None for anything else (shapes, choices files)."""
-    if not path.is_file():
-        return None
-    data = _read_json(path, "tree file")
-    if isinstance(data, dict) and data.get("format") == BANK_FORMAT:
-        return _parse_bank(data, f"bank file {path}").policy
-    return None

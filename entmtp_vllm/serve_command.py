@@ -127,12 +127,19 @@ def _settings(options: ServeOptions) -> dict[str, Any]:
     return settings
 
 
+def _option_name(arg: str) -> str:
+    """`--max_model_len=2k` -> `--max-model-len` (vLLM's parser takes both spellings)."""
+    name = arg.partition("=")[0]
+    return "--" + name[2:].replace("_", "-") if name.startswith("--") else name
+
+
 def option_value(args: list[str], *names: str) -> str | None:
-    """The last value given to one of `names` in a vLLM argument list (`--x v` or `--x=v`)."""
+    """The last value given to one of `names` in a vLLM argument list (`--x v` or `--x=v`, with
+    dashes or underscores)."""
     found = None
     for i, arg in enumerate(args):
-        name, equals, value = arg.partition("=")
-        if name in names:
+        _, equals, value = arg.partition("=")
+        if _option_name(arg) in names:
             if equals:
                 found = value
             elif i + 1 < len(args):
@@ -142,7 +149,7 @@ def option_value(args: list[str], *names: str) -> str | None:
 
 def chooses_executor(vllm_args: list[str]) -> bool:
     """Whether extra `vllm serve` arguments pick an executor or more than one device."""
-    return any(arg.split("=", 1)[0] in EXECUTOR_OPTIONS for arg in vllm_args)
+    return any(_option_name(arg) in EXECUTOR_OPTIONS for arg in vllm_args)
 
 
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -186,9 +193,10 @@ def vllm_executable() -> str:
 
 
 def cpu_memory_args(
-    model: str, options: ServeOptions, extra: list[str], memory: NodeMemory, environ: dict[str, str]
+    model: str, dtype: str | None, extra: list[str], memory: NodeMemory, environ: dict[str, str]
 ) -> tuple[list[str], list[str]]:
-    """(arguments to add, notes): the KV cache size on CPU, or a check of the one given."""
+    """(arguments to add, notes): the KV cache size on CPU for a model served in `dtype` (None:
+    vLLM's choice), or a check of the size given."""
     utilization = option_value(extra, "--gpu-memory-utilization")
     explicit = option_value(extra, "--kv-cache-memory-bytes")
     if explicit is not None and explicit not in ("-1", "auto"):
@@ -209,10 +217,9 @@ def cpu_memory_args(
             raise EntMTPError(f"--gpu-memory-utilization {utilization!r}: not a number") from None
         check_explicit_memory(None, value, memory)
         return [], []
-    length = option_value(extra, "--max-model-len", "--max_model_len")
+    length = option_value(extra, "--max-model-len")
     max_len = parse_size(length, "--max-model-len") if length not in (None, "auto", "-1") else None
-    shape = model_shape(model, options.dtype or option_value(extra, "--dtype"), max_len,
-                        option_value(extra, "--kv-cache-dtype"))
+    shape = model_shape(model, dtype or option_value(extra, "--dtype"), max_len, option_value(extra, "--kv-cache-dtype"))
     size, why = auto_kv_cache_bytes(shape, memory)
     note = f"KV cache: --kv-cache-memory-bytes {size} ({size / GIB:.2f} GiB: {why}); pass your own to change it"
     return ["--kv-cache-memory-bytes", str(size)], [note]
@@ -228,10 +235,11 @@ def build_serve_command(
     """The validated `vllm serve` command for `options` (`cpu`, `memory`, `environ`, `flags`:
     this machine's unless given)."""
     settings = _settings(options)
-    resolved = resolve(parse_config(settings))
+    config = parse_config(settings)
+    # the budget given is checked against the trees (too small: a one-line error now)
+    resolved = resolve(config, options.num_speculative_tokens)
     num_spec = options.num_speculative_tokens or resolved.bank.max_nodes - 1
-    resolve(parse_config(settings), num_spec)  # too small a budget: a one-line error now
-    heads_folder(parse_config(settings))
+    heads_folder(config)
     cpu = on_cpu() if cpu is None else cpu
     environ = dict(os.environ) if environ is None else environ
     model = resolve_model(options.model)
@@ -258,8 +266,7 @@ def build_serve_command(
         if options.in_process and not chooses_executor(extra):
             argv += ["--distributed-executor-backend", "uni"]
             command.env.update(IN_PROCESS_ENV)
-        added, notes = cpu_memory_args(model, options.model_copy(update={"dtype": dtype}), extra,
-                                       memory or node_memory(), environ)
+        added, notes = cpu_memory_args(model, dtype, extra, memory or node_memory(), environ)
         argv += added
         command.notes += notes
     argv += extra

@@ -370,3 +370,14 @@ def test_resolve_trees_takes_the_policy_given_then_the_banks_then_static(tmp_pat
     assert len(shape) == 1 and isinstance(default, StaticPolicy)
     with pytest.raises(EntMTPError, match="no such file"):
         resolve_trees(tmp_path / "missing.json")
+
+
+def test_engine_bank_option_takes_bank_files_only(tmp_path: Path) -> None:
+    from entmtp_vllm.engine.loading import load_trees
+
+    choices = tmp_path / "choices.json"
+    choices.write_text('{"small": [[0]]}')
+    with pytest.raises(EntMTPError, match="not an EntMTP bank file"):
+        load_trees(bank=str(choices))
+    topology, _, label = load_trees(tree=str(choices))  # --tree takes it
+    assert list(topology.names) == ["small"] and label == f"tree:{choices}"

@@ -91,6 +91,7 @@ def test_float32_on_cpus_without_native_bf16(tmp_path):
         (True, ["--", "--max-model-len", "2048"], True),
         (True, ["--", "-tp", "2"], False),  # several devices: vLLM's own executor
         (True, ["--tensor-parallel-size=2"], False),
+        (True, ["--tensor_parallel_size=2"], False),  # vLLM takes underscores too
         (True, ["--", "--distributed-executor-backend", "mp"], False),  # the user's choice, once
     ],
 )
@@ -122,6 +123,9 @@ def test_kv_cache_sized_for_the_machine(tmp_path):
     shorter = build_serve_command(ServeOptions(**options, vllm_args=["--max-model-len", "1k"]), cpu=True,
                                   memory=ROOMY, environ={}, flags=BF16)
     assert int(option_value(shorter.argv, "--kv-cache-memory-bytes")) == 16 * 1000 * per_token
+    underscored = build_serve_command(ServeOptions(**options, vllm_args=["--max_model_len=1k"]), cpu=True,
+                                      memory=ROOMY, environ={}, flags=BF16)
+    assert int(option_value(underscored.argv, "--kv-cache-memory-bytes")) == 16 * 1000 * per_token
     (tmp_path / "config.json").write_text((tmp_path / "config.json").read_text().replace("bfloat16", "float32"))
     auto = build_serve_command(ServeOptions(**options), cpu=True, memory=ROOMY, environ={}, flags=BF16)
     assert int(option_value(auto.argv, "--kv-cache-memory-bytes")) == 16 * 8192 * per_token  # vLLM downcasts

@@ -396,10 +396,11 @@ def run_regimes_cmd(args: argparse.Namespace) -> int:
 def run_cost_curve_cmd(args: argparse.Namespace) -> int:
     import json
 
+    from entmtp_vllm.bench.serve import parse_int_list
     from tree_search.cost_curve import measure_cost_curve
 
     _threads(args.threads)
-    curve = measure_cost_curve(args.shape, _int_list(args.tokens, "--tokens"), _int_list(args.batches, "--batches"),
+    curve = measure_cost_curve(args.shape, parse_int_list(args.tokens, "--tokens"), parse_int_list(args.batches, "--batches"),
                                args.context, args.dtype, args.device, args.repeats, progress=not args.no_progress)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(curve.to_json(), indent=1) + "\n", encoding="utf-8")
@@ -417,16 +418,6 @@ def run_rerank_cmd(args: argparse.Namespace) -> int:
     print(Path(written["markdown"]).read_text(encoding="utf-8"), end="")
     print("wrote " + ", ".join(written.values()), file=sys.stderr)
     return 0
-
-
-def _int_list(text: str, option: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise EntMTPError(f"{option} {text!r}: give comma-separated whole numbers") from None
-    if not values or min(values) < 1:
-        raise EntMTPError(f"{option} {text!r}: give positive numbers")
-    return values
 
 
 def run_summary_cmd(args: argparse.Namespace) -> int:

@@ -27,7 +27,6 @@ PNG plot.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import math
@@ -164,7 +163,7 @@ class CompareConfig(ServeBenchConfig):
     """Extra `vllm serve` arguments for every server (e.g. `--dtype float32 --max-model-len 2048`)."""
 
     eager: bool = True
-    """Pass `--enforce-eager` to every server (as `entmtp serve` does by default)."""
+    """On CPU, pass `--enforce-eager` to every server (as `entmtp serve` does by default)."""
 
     in_process: bool = False
     """Run every server's engine core and worker inside its API server process

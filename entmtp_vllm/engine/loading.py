@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from entmtp_vllm.bank_file import resolve_trees
+from entmtp_vllm.bank_file import load_bank, resolve_policy, resolve_trees
 from entmtp_vllm.engine.defaults import DEFAULT_BANK, DTYPE_CHOICES
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.policies import Policy
@@ -102,7 +102,9 @@ def load_trees(
     if tree is None and bank is None:
         bank = DEFAULT_BANK
     if bank is not None:
-        topology, resolved = resolve_trees(bank, None, policy)
+        bank_file = load_bank(bank)  # --bank takes bank files only
+        topology = bank_file.topology_bank()
+        resolved = resolve_policy(policy, topology, bank_file.policy)
         label = f"bank:{Path(bank).name}"
     else:
         topology, resolved = resolve_trees(tree, name, policy)

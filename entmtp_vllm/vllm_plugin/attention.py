@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from vllm import _custom_ops as ops
+from vllm.model_executor.layers.attention.attention import get_attention_context
 from vllm.v1.attention.backend import AttentionType
 from vllm.v1.attention.backends.cpu_attn import (
     CPUAttentionBackend,
@@ -238,8 +239,6 @@ def tree_rows_attention(
 def _layer_tree_step(layer) -> TreeStep | None:
     """This step's `TreeStep` from the layer's attention metadata in vLLM's forward context
     (`do_kv_cache_update` is not handed the metadata)."""
-    from vllm.model_executor.layers.attention.attention import get_attention_context
-
     try:
         metadata = get_attention_context(layer.layer_name)[0]
     except (AssertionError, AttributeError, KeyError):  # no forward context (tests, dummy runs)

@@ -73,9 +73,9 @@ def kernel_block_table(block_table: torch.Tensor, manager_block_size: int, kerne
     return block_table[:, column // ratio] * ratio + column % ratio
 
 
-def _step_inputs(step: TreeStep, device: torch.device, seq_lens: torch.Tensor) -> tuple:
-    """(rows, query_start_loc, prefix_lens, packed masks, batch rows) of the tree requests, built
-    on the first layer of the step and reused by the others."""
+def _step_inputs(step: TreeStep, device: torch.device, seq_lens: torch.Tensor, block_table: torch.Tensor) -> tuple:
+    """(rows, block tables, query_start_loc, prefix_lens, packed masks) of the tree requests,
+    built on the first layer of the step and reused by the others (one block table per step)."""
     found = step.cache.get("gpu_inputs")
     if found is None:
         kernels = _kernels()
@@ -87,7 +87,8 @@ def _step_inputs(step: TreeStep, device: torch.device, seq_lens: torch.Tensor) -
         prefix_lens = (seq_lens[batch_rows].to(torch.int64) - sizes).to(torch.int32)
         masks = [step.tree_mask[r, :n, :n] for r, n in enumerate(step.num_nodes.tolist())]
         packed = kernels.pack_tree_mask(masks).to(device)
-        found = step.cache["gpu_inputs"] = (rows, query_start_loc, prefix_lens, packed, batch_rows)
+        tables = block_table[batch_rows].to(torch.int32)
+        found = step.cache["gpu_inputs"] = (rows, tables, query_start_loc, prefix_lens, packed)
     return found
 
 
@@ -109,12 +110,9 @@ def tree_rows_attention_gpu(
     """
     kernels = _kernels()
     kernel = kernel or kernels.paged_tree_attention
-    rows, query_start_loc, prefix_lens, packed, batch_rows = _step_inputs(step, query.device, seq_lens)
+    rows, tables, query_start_loc, prefix_lens, packed = _step_inputs(step, query.device, seq_lens, block_table)
     extra = {"max_query_len": int(step.num_nodes.max())} if kernel is kernels.paged_tree_attention else {}
-    result = kernel(
-        query[rows], key_cache, value_cache, block_table[batch_rows].to(torch.int32), query_start_loc,
-        prefix_lens, packed, scale, **extra,
-    )
+    result = kernel(query[rows], key_cache, value_cache, tables, query_start_loc, prefix_lens, packed, scale, **extra)
     out = output.view(output.shape[0], -1, query.shape[-1]) if output.dim() == 2 else output
     out[rows] = result.to(out.dtype)
 

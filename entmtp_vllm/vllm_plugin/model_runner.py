@@ -19,13 +19,13 @@ from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from entmtp_vllm.vllm_plugin.tree_runner import StepPlan, TreeRunnerMixin
 
 
-def path_slots(runner, plan: StepPlan, moves: list[tuple[int, int, int]]) -> np.ndarray:
-    """The cache slot of each move's destination (prefix + its place on the path), from the
-    input batch's block table (host copy)."""
+def path_slots(runner, plan: StepPlan, moves: list[tuple[int, int]]) -> np.ndarray:
+    """The cache slot of each (request index, position on its path) destination, prefix
+    included, from the input batch's block table (host copy)."""
     table = runner.input_batch.block_table[0]
     block_size = table.block_size
-    rows = np.array([i for i, _, _ in moves], dtype=np.int64)
-    positions = plan.prefix_lens[rows] + np.array([j for _, _, j in moves], dtype=np.int64)
+    rows = np.array([i for i, _ in moves], dtype=np.int64)
+    positions = plan.prefix_lens[rows] + np.array([j for _, j in moves], dtype=np.int64)
     blocks = table.block_table.np[rows, positions // block_size].astype(np.int64)
     return blocks * block_size + positions % block_size
 
@@ -35,14 +35,15 @@ class EntMTPCPUModelRunner(TreeRunnerMixin, CPUModelRunner):
 
     _entmtp_captures_kv = True
 
-    def _entmtp_compact(self, plan: StepPlan, moves: list[tuple[int, int, int]]) -> None:
+    def _entmtp_compact(self, plan: StepPlan, paths: dict[int, list[int]]) -> None:
         from entmtp_vllm.vllm_plugin.attention import compact_kv_cpu
 
+        moves = [(i, node, j) for i, path in paths.items() for j, node in enumerate(path) if node != j]
         sources = [plan.trees[i].capture_start + node for i, node, _ in moves]
         compact_kv_cpu(
             plan.tree_step,
             torch.tensor(sources, dtype=torch.long),
-            torch.from_numpy(path_slots(self, plan, moves)),
+            torch.from_numpy(path_slots(self, plan, [(i, j) for i, _, j in moves])),
         )
 
 
@@ -52,20 +53,22 @@ class EntMTPGPUModelRunner(TreeRunnerMixin, GPUModelRunner):
     Written against vLLM 0.32.0's `GPUModelRunner`; checked on CPU (construction signature,
     overrides, the kernels under the Triton interpreter), not yet run on a GPU with vLLM."""
 
-    def _entmtp_compact(self, plan: StepPlan, moves: list[tuple[int, int, int]]) -> None:
-        from entmtp_vllm.vllm_plugin.gpu import check_tree_backend, compact_kv_gpu, kernel_block_table
+    def _entmtp_check_backend(self) -> None:
+        from entmtp_vllm.vllm_plugin.gpu import check_tree_backend
 
-        check_tree_backend(self.attn_groups[0][0].backend)
-        requests = sorted({i for i, _, _ in moves})
-        accepted = []
-        for i in requests:  # the whole path, root first: the kernel skips nodes already in place
-            path = dict((j, node) for r, node, j in moves if r == i)
-            accepted.append([path.get(j, j) for j in range(max(path) + 1)])
+        for groups in self.attn_groups:
+            for group in groups:
+                check_tree_backend(group.backend)
+
+    def _entmtp_compact(self, plan: StepPlan, paths: dict[int, list[int]]) -> None:
+        from entmtp_vllm.vllm_plugin.gpu import compact_kv_gpu, kernel_block_table
+
+        requests = sorted(paths)  # whole paths, root first: the kernel skips nodes already in place
         block_table = self.input_batch.block_table[0]
         table = block_table.get_device_tensor(plan.num_reqs)
         rows = torch.tensor(requests, dtype=torch.long, device=table.device)
         kernel_blocks = self.kv_caches[0].shape[2]  # (blocks, Hkv, block_size, 2 * D)
         compact_kv_gpu(
-            self.kv_caches, accepted, [int(plan.prefix_lens[i]) for i in requests],
+            self.kv_caches, [paths[i] for i in requests], [int(plan.prefix_lens[i]) for i in requests],
             kernel_block_table(table[rows], block_table.block_size, kernel_blocks),
         )

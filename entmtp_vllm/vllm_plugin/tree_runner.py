@@ -150,11 +150,21 @@ class TreeRunnerMixin:
     """Whether the platform's attention backend keeps the tree rows' fresh K/V for compaction
     (`TreeStep.capture_rows`)."""
 
-    def _entmtp_compact(self, plan: StepPlan, moves: list[tuple[int, int, int]]) -> None:
-        """Move accepted K/V rows to their compacted slots in every layer: `moves` holds
-        (request index, node index, destination position in the path) for every accepted node
-        that is not already in place."""
+    def _entmtp_compact(self, plan: StepPlan, paths: dict[int, list[int]]) -> None:
+        """Move accepted K/V rows next to their prefix in every layer: `paths` maps each request
+        index whose accepted path skips a node to that path (node indices, root first); node
+        `paths[i][j]` moves to position `prefix_lens[i] + j`."""
         raise NotImplementedError
+
+    def _entmtp_check_backend(self) -> None:
+        """Platform hook, at start-up: refuse an attention backend the tree path cannot use."""
+
+    def initialize_attn_backend(self, kv_cache_config, *args, **kwargs) -> None:
+        super().initialize_attn_backend(kv_cache_config, *args, **kwargs)
+        if self._entmtp is not None:  # checked once, before serving, not at a tree step
+            if len(kv_cache_config.kv_cache_groups) != 1:
+                raise EntMTPError("EntMTP supports models with one KV cache group (plain decoder attention) only")
+            self._entmtp_check_backend()
 
     # ------------------------------------------------------------------ request lifetime
 
@@ -232,9 +242,6 @@ class TreeRunnerMixin:
             rows = torch.from_numpy(np.concatenate(position_rows)).to(self.positions.device)
             values = torch.from_numpy(np.concatenate(position_values)).to(self.positions.device, self.positions.dtype)
             self.positions[rows] = values
-
-        if len(self.kv_cache_config.kv_cache_groups) != 1:
-            raise EntMTPError("EntMTP supports models with one KV cache group (plain decoder attention) only")
         return StepPlan(num_reqs, starts, trees, params, prefix_lens, self._tree_step(trees, starts), stock_sampler)
 
     def _tree_step(self, trees: list[Verification | None], starts: np.ndarray) -> TreeStep | None:
@@ -300,7 +307,7 @@ class TreeRunnerMixin:
         last_rows: list[int] = []  # logits row of each request's last accepted node
         token_rows: list[int] = []
         accept_lengths: list[int | None] = []
-        moves: list[tuple[int, int, int]] = []
+        paths: dict[int, list[int]] = {}  # requests whose accepted path skips a node
         for i in range(plan.num_reqs):
             hi = ends[i]
             lo = hi - num_drafts[i] - 1
@@ -326,20 +333,21 @@ class TreeRunnerMixin:
                 accepted = result.accepted
                 emitted = result.emitted(tree.tokens)
                 accept_lengths.append(len(emitted))
-                moved = [(i, node, j) for j, node in enumerate(accepted) if node != j]  # never in a chain
-                drafter.record_verification(tree.buffers.num_nodes - 1, len(accepted) - 1, len(moved))
+                moved = sum(node != j for j, node in enumerate(accepted))  # never in a chain
+                drafter.record_verification(tree.buffers.num_nodes - 1, len(accepted) - 1, moved)
                 if tree.buffers.lookup_nodes:
                     lookup = set(tree.buffers.lookup_nodes)
                     drafter.record_lookup(batch.req_ids[i], len(lookup), len(lookup.intersection(accepted)))
-                moves.extend(moved)
+                if moved:
+                    paths[i] = accepted
             emitted_rows.append(emitted)
             last_rows.append(lo + accepted[-1])
             # The logits rows are the request's last num_drafts + 1 scheduled tokens (a prefill
             # chunk has one row: its last token).
             token_rows.append(int(plan.starts[i + 1]) - num_drafts[i] - 1 + accepted[-1])
 
-        if moves and plan.tree_step is not None and plan.tree_step.compaction:
-            self._entmtp_compact(plan, moves)
+        if paths and plan.tree_step is not None and plan.tree_step.compaction:
+            self._entmtp_compact(plan, paths)
 
         p0, entropies = self._root_features(plan, logits[last_rows])
         plan.outcomes = [

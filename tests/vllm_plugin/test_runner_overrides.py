@@ -24,7 +24,7 @@ from entmtp_vllm.vllm_plugin.tree_runner import TreeRunnerMixin  # noqa: E402
 from entmtp_vllm.vllm_plugin.worker import EntMTPCPUWorker, EntMTPGPUWorker  # noqa: E402
 
 VLLM_OVERRIDES = ("__init__", "_update_states", "_prepare_inputs", "_build_attention_metadata", "_sample",
-                  "propose_draft_token_ids")
+                  "propose_draft_token_ids", "initialize_attn_backend")
 """The vLLM methods the mixin overrides (its `_entmtp*` and helper methods are its own)."""
 
 
@@ -44,7 +44,8 @@ def test_each_override_matches_vllms_signature(name):
     stock = getattr(GPUModelRunner, name)
     our_names = _names(ours)
     if any(p.kind == p.VAR_POSITIONAL for p in inspect.signature(ours).parameters.values()):
-        assert our_names == ["self"]  # forwards everything (*args, **kwargs)
+        # forwards the rest (*args, **kwargs): the parameters it names come first in vLLM's
+        assert our_names == _names(stock)[: len(our_names)], (name, our_names, _names(stock))
     else:
         assert our_names == _names(stock), (name, our_names, _names(stock))
 
@@ -83,3 +84,19 @@ def test_cuda_tree_backends_subclass_the_stock_ones(backend_name):
     assert issubclass(impl, stock_cls.get_impl_cls())
     assert _names(impl.forward) == _names(stock_cls.get_impl_cls().forward)
     assert ours.get_name() == stock_cls.get_name()  # vLLM still sees FLASH_ATTN / TRITON_ATTN
+
+
+def test_the_gpu_runner_refuses_a_backend_without_tree_rows_at_start_up():
+    from types import SimpleNamespace
+
+    from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
+
+    from entmtp_vllm.errors import EntMTPError
+    from entmtp_vllm.vllm_plugin.gpu_attention import TreeFlashAttentionBackend, TreeTritonAttentionBackend
+
+    ours = SimpleNamespace(attn_groups=[[SimpleNamespace(backend=TreeFlashAttentionBackend),
+                                         SimpleNamespace(backend=TreeTritonAttentionBackend)]])
+    EntMTPGPUModelRunner._entmtp_check_backend(ours)
+    stock = SimpleNamespace(attn_groups=[[SimpleNamespace(backend=FlashAttentionBackend)]])
+    with pytest.raises(EntMTPError, match="--attention-backend FLASH_ATTN or TRITON_ATTN"):
+        EntMTPGPUModelRunner._entmtp_check_backend(stock)
