@@ -4,14 +4,21 @@
     drafter.observe(hidden_states, positions)   # prefix-layer heads only: accepted positions
     step = drafter.begin(hidden, root_token)    # hidden: base last hidden state (post norm)
     head_top1 = step.greedy_chain(depth)        # the scheduler's per-depth confidences
-    draft = step.draft(buffers, lookup_tokens)  # Draft(tokens long[N], draft_probs | None)
+    draft = step.draft(buffers, lookup_tokens)  # Draft(tokens long[N], draft_probs | None, token_probs)
+
+    steps = [drafter.begin(h, r) for h, r in ...]   # a batch of sequences (the vLLM step)
+    greedy_chains(steps, depth)                     # one head call per depth for all of them
+    draft_trees(steps, buffers_list, lookup_lists)  # one head call per tree level for all of them
 
 `draft` expands the tree level by level over `buffers.level_starts`. For every
 node of depth d-1 that has children, head d runs once on that node's path (all
 such parents of a level in one batched call); its top-k (k = the largest child
 rank + 1) gives each child the token at the child's rank. Head outputs are
 cached inside the step, keyed by path (Hydra) or by depth (Medusa, whose heads
-ignore the path), so the chain probed by `greedy_chain` is not recomputed.
+ignore the path), so the chain probed by `greedy_chain` is not recomputed. One sequence's
+`greedy_chain` / `draft` is the batch routine (`greedy_chains` / `draft_trees`) on a batch of
+one: the batch runs head d once for the level-d parents of every sequence, each row on its own
+sequence's hidden state, so a batched draft equals drafting one sequence at a time.
 
 Hybrid trees: the lookup nodes (rank `LOOKUP`) take their tokens from `lookup_tokens`
 (the prompt-lookup proposal, depth 1 first; `buffers` must already be cut to its length,
@@ -49,6 +56,14 @@ class Draft:
     """long[N]; tokens[0] is the root token."""
     draft_probs: torch.Tensor | None = None
     """float[N, V]: row i = the head distribution node i was drawn from; row 0 unused (zeros)."""
+    token_probs: tuple[float, ...] = ()
+    """Per node: the probability its head gave the node's token (1.0 for the root,
+    `LOOKUP_PROB` for a prompt-lookup node, whose token no head chose); what the step budget
+    turns into each node's chance of acceptance."""
+
+
+LOOKUP_PROB = -1.0
+"""`Draft.token_probs` of a prompt-lookup node (its token was copied, not ranked by a head)."""
 
 
 class TreeDrafter:
@@ -129,14 +144,15 @@ class TreeDrafter:
 
 
 class DraftStep:
-    """One drafting step: head outputs cached per path (or per depth for Medusa)."""
+    """One drafting step of one sequence: head outputs cached per path (or per depth for Medusa)."""
 
     def __init__(self, drafter: TreeDrafter, hidden: torch.Tensor, root_token: int) -> None:
         self.drafter = drafter
         self.hidden = hidden
         self.root_token = root_token
         self._logits: dict = {}  # key -> float32 logits [V]
-        self._topk: dict = {}  # key -> token ids of the top-k, rank order
+        self._probs: dict = {}  # key -> softmax of those logits
+        self._topk: dict = {}  # key -> (token ids, probabilities) of the top-k, rank order
         self._tokens: dict[Path_, int] = {(): root_token}
 
     def _key(self, path: Path_):
@@ -145,34 +161,36 @@ class DraftStep:
     def _path_tokens(self, path: Path_) -> list[int]:
         return [self._tokens[path[:i]] for i in range(len(path) + 1)]
 
-    def _compute(self, paths: list[Path_]) -> None:
-        """Run head len(path)+1 once for all `paths` (same length) not cached yet."""
+    def _todo(self, paths: list[Path_]) -> list[Path_]:
+        """The `paths` whose head output is not cached yet (one per cache key)."""
         todo, seen = [], set()
         for p in paths:
             key = self._key(p)
             if key not in self._logits and key not in seen:
                 todo.append(p)
                 seen.add(key)
-        if not todo:
-            return
-        drafter, depth = self.drafter, len(todo[0]) + 1
-        tokens = torch.tensor([self._path_tokens(p) for p in todo], device=drafter.embed_weight.device)
-        emb = drafter.embed_weight[tokens].to(drafter.device, drafter.dtype)  # [P, depth, H]
-        hidden = self.hidden.expand(len(todo), -1)
-        logits = drafter.heads.head_logits(depth, hidden, emb, drafter.lm_head_weight).float()
-        for p, row in zip(todo, logits):
-            self._logits[self._key(p)] = row
+        return todo
 
-    def _children_tokens(self, path: Path_, k: int) -> list[int]:
+    def _compute(self, paths: list[Path_]) -> None:
+        """Run head len(path)+1 once for all `paths` (same length) not cached yet."""
+        compute_heads(self.drafter, [(self, paths)])
+
+    def _children(self, path: Path_, k: int) -> tuple[list[int], list[float]]:
+        """Token ids and head probabilities of the top-k children of `path`, rank order."""
         key = self._key(path)
         cached = self._topk.get(key)
-        if cached is None or len(cached) < k:
-            indices = self._logits[key].topk(k).indices
+        if cached is None or len(cached[0]) < k:
+            probs = self._probs.get(key)
+            if probs is None:
+                probs = self._probs[key] = torch.softmax(self._logits[key], dim=-1)
+            values, indices = probs.topk(k)
             if self.drafter.draft_vocab is not None:
                 indices = self.drafter.draft_vocab[indices]
-            cached = indices.tolist()
-            self._topk[key] = cached
-        return cached[:k]
+            cached = self._topk[key] = (indices.tolist(), values.tolist())
+        return cached[0][:k], cached[1][:k]
+
+    def _children_tokens(self, path: Path_, k: int) -> list[int]:
+        return self._children(path, k)[0]
 
     def logits(self, path: Path_) -> torch.Tensor:
         """Head len(path)+1's logits at the node `path` (computed if needed); over the draft
@@ -192,27 +210,91 @@ class DraftStep:
     @torch.no_grad()
     def greedy_chain(self, depth: int) -> list[float]:
         """Top-1 probabilities of heads 1..depth along the rank-0 path."""
-        if depth > self.drafter.max_depth:
-            raise EntMTPError(f"a chain of depth {depth} needs {depth} heads but there are {self.drafter.max_depth}")
-        probs = []
-        path: Path_ = ()
-        for _ in range(depth):
-            self._compute([path])
-            probs.append(float(torch.softmax(self._logits[self._key(path)], dim=-1).max()))
-            self._tokens.setdefault(path + (0,), self._children_tokens(path, 1)[0])
-            path = path + (0,)
-        return probs
+        return greedy_chains([self], depth)[0]
 
     @torch.no_grad()
     def draft(self, buffers, lookup_tokens: list[int] | None = None, want_probs: bool = False) -> Draft:
         """A token for every node of the tree described by `buffers` (a `TreeBuffers`);
         lookup nodes take `lookup_tokens[depth - 1]`."""
-        nodes = buffers.nodes
-        needed = head_depth(nodes[1:])
-        if needed > self.drafter.max_depth:
+        return draft_trees([self], [buffers], [lookup_tokens], want_probs)[0]
+
+    def _draft_probs(self, buffers) -> torch.Tensor:
+        """float[N, V]: row i = the head distribution node i's token was taken from."""
+        nodes, parents = buffers.nodes, buffers.parents.tolist()
+        probs = torch.zeros(buffers.num_nodes, self.drafter.heads.vocab_size, device=buffers.parents.device)
+        cache: dict = {}
+        for i in range(1, buffers.num_nodes):
+            if nodes[i][-1] == LOOKUP:  # a copied token: no head distribution (row stays 0)
+                continue
+            key = self._key(nodes[parents[i]])
+            if key not in cache:
+                row = torch.softmax(self._logits[key], dim=-1).to(probs.device)
+                if self.drafter.draft_vocab is not None:  # zero outside the draft vocabulary
+                    row = torch.zeros(probs.shape[1], device=probs.device).index_copy_(
+                        0, self.drafter.draft_vocab.to(probs.device), row
+                    )
+                cache[key] = row
+            probs[i] = cache[key]
+        return probs
+
+
+def compute_heads(drafter: TreeDrafter, work: list[tuple[DraftStep, list[Path_]]]) -> None:
+    """One head call for every (step, paths) pair: all paths have the same length d, so head
+    d + 1 runs once over the uncached paths of every step (each row on its step's hidden
+    state), and each step caches its rows."""
+    rows = [(step, path) for step, paths in work for path in step._todo(paths)]
+    if not rows:
+        return
+    depth = len(rows[0][1]) + 1
+    tokens = torch.tensor([step._path_tokens(path) for step, path in rows], device=drafter.embed_weight.device)
+    emb = drafter.embed_weight[tokens].to(drafter.device, drafter.dtype)  # [P, depth, H]
+    hiddens = [step.hidden for step, _ in rows]
+    hidden = hiddens[0].expand(len(rows), -1) if all(h is hiddens[0] for h in hiddens) else torch.stack(hiddens)
+    logits = drafter.heads.head_logits(depth, hidden, emb, drafter.lm_head_weight).float()
+    for (step, path), row in zip(rows, logits):
+        step._logits[step._key(path)] = row
+
+
+@torch.no_grad()
+def greedy_chains(steps: list[DraftStep], depth: int) -> list[list[float]]:
+    """For each step, the top-1 probabilities of heads 1..depth along its rank-0 path; one
+    head call per depth for all steps."""
+    if not steps:
+        return []
+    drafter = steps[0].drafter
+    if depth > drafter.max_depth:
+        raise EntMTPError(f"a chain of depth {depth} needs {depth} heads but there are {drafter.max_depth}")
+    chains: list[list[float]] = [[] for _ in steps]
+    path: Path_ = ()
+    for _ in range(depth):
+        compute_heads(drafter, [(step, [path]) for step in steps])
+        for step, chain in zip(steps, chains):
+            (token,), (prob,) = step._children(path, 1)
+            chain.append(prob)
+            step._tokens.setdefault(path + (0,), token)
+        path = path + (0,)
+    return chains
+
+
+@torch.no_grad()
+def draft_trees(
+    steps: list[DraftStep],
+    trees: list,
+    lookups: list[list[int] | None],
+    want_probs: bool = False,
+) -> list[Draft]:
+    """Draft `trees[i]` (a `TreeBuffers`) from `steps[i]`, level by level over all steps at
+    once: at depth d, head d runs once for the parents of every step's level-d head nodes."""
+    if not steps:
+        return []
+    drafter = steps[0].drafter
+    plans = []
+    for buffers, lookup_tokens in zip(trees, lookups):
+        needed = head_depth(buffers.nodes[1:])
+        if needed > drafter.max_depth:
             raise EntMTPError(
-                f"the tree is {needed} deep but the heads draft only {self.drafter.max_depth} tokens: "
-                f"use a tree of depth <= {self.drafter.max_depth} or heads with more heads"
+                f"the tree is {needed} deep but the heads draft only {drafter.max_depth} tokens: "
+                f"use a tree of depth <= {drafter.max_depth} or heads with more heads"
             )
         lookup_tokens = list(lookup_tokens or [])
         if len(buffers.lookup_nodes) > len(lookup_tokens):
@@ -220,38 +302,39 @@ class DraftStep:
                 f"the tree has {len(buffers.lookup_nodes)} lookup nodes but the lookup proposed "
                 f"{len(lookup_tokens)} tokens: cut the tree to the proposal (TopologyBank.buffers lookup_length)"
             )
-        parents = buffers.parents.tolist()
-        tokens = [self.root_token] * buffers.num_nodes
-        for d in range(1, buffers.depth + 1):
+        plans.append((buffers, buffers.parents.tolist(), lookup_tokens))
+    tokens = [[step.root_token] * buffers.num_nodes for step, (buffers, _, _) in zip(steps, plans)]
+    probs = [[1.0] * buffers.num_nodes for buffers, _, _ in plans]
+    for d in range(1, max(buffers.depth for buffers, _, _ in plans) + 1):
+        levels = []
+        for buffers, parents, _ in plans:
+            if d > buffers.depth:
+                levels.append((range(0), []))
+                continue
             level = range(buffers.level_starts[d], buffers.level_starts[d + 1])
-            # every parent of this level's head nodes in one batched head call
+            nodes = buffers.nodes
             parent_paths = list(dict.fromkeys(nodes[parents[i]] for i in level if nodes[i][-1] != LOOKUP))
-            if parent_paths:
-                self._compute(parent_paths)
+            levels.append((level, parent_paths))
+        # every parent of this level's head nodes, in every step, in one batched head call
+        compute_heads(drafter, [(step, paths) for step, (_, paths) in zip(steps, levels) if paths])
+        for s, (step, (buffers, parents, lookup_tokens), (level, _)) in enumerate(zip(steps, plans, levels)):
+            nodes = buffers.nodes
             for i in level:
                 if nodes[i][-1] == LOOKUP:
-                    token = int(lookup_tokens[d - 1])
+                    token, prob = int(lookup_tokens[d - 1]), LOOKUP_PROB
                 else:
                     pp = nodes[parents[i]]
                     k = max(nodes[c][-1] for c in buffers.children[parents[i]]) + 1
-                    token = self._children_tokens(pp, k)[nodes[i][-1]]
-                self._tokens[nodes[i]] = token
-                tokens[i] = token
-        out = torch.tensor(tokens, dtype=torch.long, device=buffers.parents.device)
-        probs = None
-        if want_probs:
-            probs = torch.zeros(buffers.num_nodes, self.drafter.heads.vocab_size, device=buffers.parents.device)
-            cache: dict = {}
-            for i in range(1, buffers.num_nodes):
-                if nodes[i][-1] == LOOKUP:  # a copied token: no head distribution (row stays 0)
-                    continue
-                key = self._key(nodes[parents[i]])
-                if key not in cache:
-                    row = torch.softmax(self._logits[key], dim=-1).to(probs.device)
-                    if self.drafter.draft_vocab is not None:  # zero outside the draft vocabulary
-                        row = torch.zeros(probs.shape[1], device=probs.device).index_copy_(
-                            0, self.drafter.draft_vocab.to(probs.device), row
-                        )
-                    cache[key] = row
-                probs[i] = cache[key]
-        return Draft(out, probs)
+                    ids, values = step._children(pp, k)
+                    token, prob = ids[nodes[i][-1]], values[nodes[i][-1]]
+                step._tokens[nodes[i]] = token
+                tokens[s][i] = token
+                probs[s][i] = prob
+    return [
+        Draft(
+            torch.tensor(row, dtype=torch.long, device=buffers.parents.device),
+            step._draft_probs(buffers) if want_probs else None,
+            tuple(p),
+        )
+        for step, (buffers, _, _), row, p in zip(steps, plans, tokens, probs)
+    ]

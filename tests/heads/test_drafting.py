@@ -7,8 +7,8 @@ import torch
 
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.heads import HydraHeads, MedusaHeads, PrefixLayerConfig
-from entmtp_vllm.heads.drafting import Draft, TreeDrafter
-from entmtp_vllm.topology import build_tree_buffers
+from entmtp_vllm.heads.drafting import LOOKUP_PROB, Draft, TreeDrafter, draft_trees, greedy_chains
+from entmtp_vllm.topology import TopologyBank, build_tree_buffers
 from entmtp_vllm.tree import Tree
 
 from conftest import HIDDEN, VOCAB, randomize
@@ -199,3 +199,42 @@ def test_hybrid_tree_needs_the_proposal_it_was_cut_to(base_weights) -> None:
     step = TreeDrafter(hydra(), embed, lm_head).begin(torch.randn(HIDDEN), ROOT)
     with pytest.raises(EntMTPError, match="3 lookup nodes but the lookup proposed 1"):
         step.draft(buffers, [5])
+
+
+def test_batched_drafting_equals_one_sequence_at_a_time(base_weights) -> None:
+    """`greedy_chains` / `draft_trees` over several sequences with different trees (a branching
+    tree, a chain, a hybrid tree, a tree with nothing below depth 1) give every sequence the same
+    tokens and probabilities as drafting it alone, with one head call per depth."""
+    embed, lm_head = base_weights
+    heads = hydra()
+    bank = TopologyBank([Tree.from_choices([[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]), Tree.from_spec("chain:3"),
+                         Tree.from_spec("lookup:2+chain:2"), Tree.from_spec("chain:1")], ["a", "b", "c", "d"])
+    gen = torch.Generator().manual_seed(3)
+    hiddens = [torch.randn(HIDDEN, generator=gen) for _ in range(5)]
+    roots = [3, 9, 9, 21, 5]
+    trees = [bank.buffers(0), bank.buffers(1), bank.buffers(2, lookup_length=2), bank.buffers(3), bank.buffers(0)]
+    lookups = [None, None, [17, 18], None, None]
+    alone = []
+    for h, r, t, lk in zip(hiddens, roots, trees, lookups):
+        step = TreeDrafter(heads, embed, lm_head).begin(h, r)
+        chain = step.greedy_chain(2)
+        alone.append((chain, step.draft(t, lk)))
+    drafter = TreeDrafter(heads, embed, lm_head)
+    counter = Counter(heads)
+    steps = [drafter.begin(h, r) for h, r in zip(hiddens, roots)]
+    chains = greedy_chains(steps, 2)
+    assert counter.calls == {1: 1, 2: 1}
+    drafts = draft_trees(steps, trees, lookups)
+    assert counter.calls == {1: 1, 2: 2, 3: 1}  # the chain's heads 1-2 outputs are reused
+    for (chain, one), batch_chain, batched in zip(alone, chains, drafts):
+        assert batch_chain == pytest.approx(chain, abs=1e-6)
+        assert batched.tokens.tolist() == one.tokens.tolist()
+        assert batched.token_probs == pytest.approx(one.token_probs, abs=1e-6)
+    # token_probs: each head node's probability under its parent's head distribution
+    step = TreeDrafter(heads, embed, lm_head).begin(hiddens[0], roots[0])
+    draft = step.draft(trees[0], want_probs=True)
+    for i in range(1, trees[0].num_nodes):
+        assert draft.token_probs[i] == pytest.approx(float(draft.draft_probs[i, draft.tokens[i]]), abs=1e-6)
+    lookup_nodes = list(trees[2].lookup_nodes)
+    assert [drafts[2].token_probs[i] for i in lookup_nodes] == [LOOKUP_PROB, LOOKUP_PROB]
+    assert [int(drafts[2].tokens[i]) for i in lookup_nodes] == [17, 18]
