@@ -121,3 +121,58 @@ class KVCacheSizing(_Config):
 
 
 KV_CACHE_SIZING = KVCacheSizing()
+
+
+class StepCostPrior(_Config):
+    """The step-cost model before any step was measured (`step_cost.StepCostModel`); the served
+    steps replace it in whatever they vary within a few steps. Defaults: vLLM 0.32 on
+    this project's 2-core AVX2 CPU in float32 with SmolLM2-135M (served: about 55 ms for one
+    request and one token, 120 ms for 8; offline step-cost curve: 8.4 ms per extra verified
+    token, docs/search/cost_curves)."""
+
+    fixed_ms: float = Field(45.0, ge=0.0)
+    """Milliseconds of a step whatever its size."""
+
+    per_request_ms: float = Field(1.5, ge=0.0)
+    """Milliseconds per request in the step (bookkeeping, sampling, drafting)."""
+
+    per_token_ms: float = Field(8.0, ge=0.0)
+    """Milliseconds per row the target computes (a root or a draft token)."""
+
+    per_tree_token_ms: float = Field(1.0, ge=0.0)
+    """Extra milliseconds per row of a branching tree (the tree-masked attention)."""
+
+
+class StepBudgetConfig(_Config):
+    """The step budget: every step, draft tokens go to the requests where they are expected to
+    return the most, and only while they raise the step's expected tokens per second.
+
+    Each drafted node's value is its estimated chance of acceptance (its path's head
+    probabilities, calibrated online against what was accepted; prompt-lookup nodes: the
+    request's lookup hit rate); a step keeps, request by request, the prefix of its policy's
+    tree (in node order) whose nodes pay for their marginal cost under the step-cost model."""
+
+    prior: StepCostPrior = StepCostPrior()
+    """The step-cost model's starting point."""
+
+    noise_ms: float = Field(2.0, gt=0.0)
+    """How precisely one step's wall time is measured (its noise, milliseconds): the prior
+    holds each coefficient to within its own size against steps measured this precisely."""
+
+    memory: int = Field(100, ge=2)
+    """The step-cost fit forgets older steps with factor 1 - 1/memory per step."""
+
+    calibration_memory: int = Field(2000, ge=2)
+    """The head-probability calibration forgets older verified nodes with factor
+    1 - 1/calibration_memory per node."""
+
+    lookup_prior: float = Field(0.5, ge=0.0, le=1.0)
+    """Chance a prompt-lookup token is accepted (its parent accepted) before any was verified;
+    then the engine-wide hit rate replaces it, and each request starts from that."""
+
+    lookup_prior_weight: float = Field(4.0, gt=0.0)
+    """How many verified lookup tokens a prior counts as (the configured one engine-wide, the
+    engine's rate for each request, whose own hits and misses then replace it)."""
+
+
+STEP_BUDGET = StepBudgetConfig()

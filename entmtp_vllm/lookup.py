@@ -120,6 +120,11 @@ class LookupStats:
         """Lookup tokens verified so far."""
         self.accepted = 0
         """Lookup tokens accepted so far."""
+        self.hits = 0.0
+        self.trials = 0.0
+        """Lookup tokens accepted / verified with their parent accepted (a chain of `proposed`
+        with `accepted` accepted tried accepted + 1 of them, or all when all were accepted),
+        each step's counts added after the older ones were scaled by 1 - alpha."""
 
     def observe(self, proposed: int, accepted: int) -> None:
         """Record a verified step that drafted `proposed` lookup tokens, `accepted` of them accepted."""
@@ -129,6 +134,14 @@ class LookupStats:
         self.accept_rate = rate if self.proposed == 0 else self.accept_rate + self.alpha * (rate - self.accept_rate)
         self.proposed += proposed
         self.accepted += accepted
+        keep = 1.0 - self.alpha
+        self.hits = keep * self.hits + accepted
+        self.trials = keep * self.trials + min(proposed, accepted + 1)
+
+    def token_rate(self, prior: float, prior_weight: float) -> float:
+        """Chance that a lookup token is accepted when its parent is: the hit rate, starting at
+        `prior` worth `prior_weight` tokens."""
+        return (self.hits + prior * prior_weight) / (self.trials + prior_weight)
 
     def features(self, match: LookupMatch) -> dict[str, float]:
         """The scheduler's lookup features for this step."""

@@ -131,6 +131,14 @@ class TreeDrafter:
         self.prefix_cache.truncate(keep)
         self.heads.prefix(hidden, positions, cache=self.prefix_cache)
 
+    def greedy_chains(self, steps: list["DraftStep"], depth: int) -> list[list[float]]:
+        """`greedy_chains` over steps begun on this drafter."""
+        return greedy_chains(steps, depth)
+
+    def draft_trees(self, steps: list["DraftStep"], trees: list, lookups: list, want_probs: bool = False) -> list[Draft]:
+        """`draft_trees` over steps begun on this drafter."""
+        return draft_trees(steps, trees, lookups, want_probs)
+
     @torch.no_grad()
     def begin(self, hidden: torch.Tensor, root_token: int | torch.Tensor) -> "DraftStep":
         """Start a drafting step from the base model's last hidden state and the root token."""

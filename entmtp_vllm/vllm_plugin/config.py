@@ -21,7 +21,7 @@ from typing import Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from entmtp_vllm.bank_file import resolve_trees
-from entmtp_vllm.config import DEFAULT_VLLM_BANK, TypicalConfig
+from entmtp_vllm.config import DEFAULT_VLLM_BANK, STEP_BUDGET, StepBudgetConfig, TypicalConfig
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.lookup import LookupConfig
 from entmtp_vllm.policies import Policy
@@ -70,7 +70,8 @@ AUTO_FALLBACK_TREE = "auto"
 DEFAULT_BATCH_FALLBACK = BatchFallback(
     max_batch=4, tree=AUTO_FALLBACK_TREE, min_match=2, max_lookup_tokens=2, max_draft_tokens=8
 )
-"""Above 4 requests per step every request stops drafting its policy's tree; only the requests
+"""The rule that preceded the step budget (the default until then; now only an explicit
+override, `batch_fallback`). Above 4 requests per step every request stops drafting its policy's tree; only the requests
 whose context repeats (a suffix match of at least 2 tokens) draft a 2-token prompt-lookup chain,
 at most 8 such tokens per step, longest matches first. On CPU a verified token costs about as
 much as a batch row once the batch is large, so only the likeliest copies pay.
@@ -138,10 +139,15 @@ class EntMTPConfig(_Model):
     vs 45.3 / 44.9 tok/s with the same accepted tokens; on the tree-search calibration outputs
     1.4-2.4% of head 1's correct top-1 guesses fall outside the first 4096 ids."""
 
-    batch_fallback: BatchFallback | None = DEFAULT_BATCH_FALLBACK
-    """Above `max_batch` requests per step, draft `tree` for every request (tree None: no
-    drafts); None: never fall back. Default (`DEFAULT_BATCH_FALLBACK`): above 4 requests, only
-    a 2-token lookup chain for contexts that repeat (match >= 2), at most 8 tokens per step."""
+    budget: StepBudgetConfig | None = STEP_BUDGET
+    """The step budget (`step_budget.py`): every step each request keeps the prefix of its
+    policy's tree whose nodes are expected to pay for their cost under a step-cost model learnt
+    from the served steps; None: every request drafts its policy's whole tree."""
+
+    batch_fallback: BatchFallback | None = None
+    """An explicit override under load: above `max_batch` requests per step, draft `tree` for
+    every request (tree None: no drafts; the step budget still trims it); None (default): no
+    override. `DEFAULT_BATCH_FALLBACK` is the rule used before the step budget."""
 
     debug_disable_compaction: bool = False
     """Testing only: skip the KV compaction after verification. Outputs become WRONG whenever a

@@ -15,6 +15,13 @@ prometheus_client directly in the worker process:
 - `vllm serve` exposes them at `/metrics` only when `PROMETHEUS_MULTIPROC_DIR` is set for
   every process (vLLM then aggregates all processes' files); `entmtp serve` sets it.
 
+Overhead: `entmtp_step_seconds` / `entmtp_steps` time every engine step the EntMTP runner
+runs (from `execute_model` to the end of `sample_tokens`: forward, verification, drafting), and
+`entmtp_overhead_seconds{phase}` the part of it EntMTP's own code took: `plan` (matching drafts,
+tree positions, the attention's tree step), `verify` (acceptance rules and the root features),
+`compact` (KV compaction), `draft` (policy, heads, step budget). Their ratio is EntMTP's share
+of the step time.
+
 One gauge, `entmtp_active_requests`, is the number of requests the proposer holds per-request
 state for (policy state + feature tracker); the proposer sets it whenever that state changes. It
 returns to 0 when the server is idle: a value that stays up after requests finished or were
@@ -44,6 +51,13 @@ def _counters() -> dict[str, Any] | None:
             "compaction_moves": Counter("entmtp_compaction_moves", "K/V rows moved by compaction"),
             "lookup_tokens": Counter("entmtp_lookup_tokens", "Prompt-lookup draft tokens verified (hybrid trees)"),
             "lookup_accepted": Counter("entmtp_lookup_accepted", "Prompt-lookup draft tokens accepted"),
+            "budget_cut_nodes": Counter("entmtp_budget_cut_nodes", "Drafted nodes the step budget did not keep"),
+            "budget_empty": Counter("entmtp_budget_empty", "Request steps the step budget gave no draft"),
+            "step_seconds": Counter("entmtp_step_seconds", "Wall seconds of the engine steps (forward, verification, drafting)"),
+            "steps_timed": Counter("entmtp_steps", "Engine steps timed in entmtp_step_seconds"),
+            "overhead_seconds": Counter(
+                "entmtp_overhead_seconds", "Seconds EntMTP itself spent in the steps, by phase", ["phase"]
+            ),
         }
     except ValueError:  # already registered in this process by another copy of the module
         return None
@@ -67,13 +81,14 @@ def _gauges() -> dict[str, Any] | None:
         return None
 
 
-def count(name: str, amount: float = 1.0, tree: str | None = None) -> None:
-    """Add `amount` to the `entmtp_<name>` counter (a no-op without prometheus_client)."""
+def count(name: str, amount: float = 1.0, **labels: str) -> None:
+    """Add `amount` to the `entmtp_<name>` counter, with its labels (a no-op without
+    prometheus_client)."""
     counters = _counters()
     if counters is None or amount == 0:
         return
     counter = counters[name]
-    (counter.labels(tree=tree) if tree is not None else counter).inc(amount)
+    (counter.labels(**labels) if labels else counter).inc(amount)
 
 
 def set_gauge(name: str, value: float) -> None:

@@ -23,9 +23,12 @@ from typing import Any
 
 import torch
 
+from entmtp_vllm.config import STEP_BUDGET
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.lookup import NO_MATCH, LookupMatch, PromptLookup
 from entmtp_vllm.scheduling import RequestSchedule, TreeScheduler
+from entmtp_vllm.step_budget import BudgetRequest, HeadCalibration, LookupRate, chain_nodes, node_values, plan_budget
+from entmtp_vllm.step_cost import StepCostModel
 from entmtp_vllm.topology import TreeBuffers, build_tree_buffers
 from entmtp_vllm.tree import Tree
 from entmtp_vllm.vllm_plugin import metrics
@@ -50,6 +53,9 @@ class Proposal:
     """tokens[1:] as a list: what was handed to the scheduler."""
     lookup_length: int = 0
     """Prompt-lookup tokens drafted (a hybrid tree's chain is cut to this length)."""
+    token_probs: tuple[float, ...] = ()
+    """Per node (the root first): its head probability, `LOOKUP_PROB` for a lookup node
+    (`heads.drafting.Draft.token_probs`); empty when the drafter gives none."""
 
 
 @dataclass
@@ -95,6 +101,8 @@ class ProposerStats:
     """K/V rows that had to move after verification (accepted paths through a later sibling)."""
     mixed_steps: int = 0
     """Engine steps whose batch drafted more than one distinct tree."""
+    shape_mixed_steps: int = 0
+    """Engine steps where some requests drafted a branching tree, some a chain and some nothing."""
     requests_seen: int = 0
     """Requests that got a state."""
     requests_freed: int = 0
@@ -103,6 +111,16 @@ class ProposerStats:
     """Prompt-lookup tokens verified (hybrid trees)."""
     lookup_accepted: int = 0
     """Prompt-lookup tokens accepted."""
+    budget_cut_nodes: int = 0
+    """Drafted nodes the step budget did not keep."""
+    budget_empty: int = 0
+    """Request steps the step budget gave no draft at all."""
+    steps_timed: int = 0
+    """Engine steps timed (from `execute_model` to the end of `sample_tokens`)."""
+    step_seconds: float = 0.0
+    """Their wall seconds."""
+    overhead_seconds: dict[str, float] = field(default_factory=dict)
+    """Seconds of EntMTP's own code in those steps, by phase (plan, verify, compact, draft)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -115,10 +133,16 @@ class ProposerStats:
             "accepted_tokens": self.accepted_tokens,
             "compaction_moves": self.compaction_moves,
             "mixed_steps": self.mixed_steps,
+            "shape_mixed_steps": self.shape_mixed_steps,
             "requests_seen": self.requests_seen,
             "requests_freed": self.requests_freed,
             "lookup_proposed": self.lookup_proposed,
             "lookup_accepted": self.lookup_accepted,
+            "budget_cut_nodes": self.budget_cut_nodes,
+            "budget_empty": self.budget_empty,
+            "steps_timed": self.steps_timed,
+            "step_seconds": self.step_seconds,
+            "overhead_seconds": dict(self.overhead_seconds),
         }
 
 
@@ -153,6 +177,10 @@ class EntMTPProposer:
         self.runner_attached = False
         """Set by the EntMTP model runner; without it vLLM would call `propose()` blindly."""
         self.stats = ProposerStats()
+        self.budget = self.settings.budget
+        self.cost_model = StepCostModel(self.budget or STEP_BUDGET)
+        self.calibration = HeadCalibration(self.budget or STEP_BUDGET)
+        self.lookup_rate = LookupRate(self.budget or STEP_BUDGET)
         self.scheduler = TreeScheduler(self.policy, self.bank.lookup_length > 0, self.settings.lookup.ema_alpha)
         self._requests: dict[str, RequestSchedule] = {}
         self._subtrees: dict[tuple[int, int, int], tuple[TreeBuffers, bool]] = {}
@@ -219,6 +247,7 @@ class EntMTPProposer:
         state = self._requests.get(req_id)
         if state is not None and proposed:
             self.scheduler.observe(state, None, proposed, accepted)
+            self.lookup_rate.observe(proposed, accepted)
             self._count("lookup_proposed", proposed, metric="lookup_tokens")
             self._count("lookup_accepted", accepted)
 
@@ -240,56 +269,103 @@ class EntMTPProposer:
 
     @torch.inference_mode()
     def propose_trees(self, requests: list[DraftRequest | None], batch_size: int) -> list[Proposal | None]:
-        """Draft one tree per request (None in, or nothing drafted: None out)."""
+        """Draft one tree per request (None in, or nothing drafted: None out): every request's
+        policy chooses its tree, all trees are drafted together (one head call per depth), and
+        the step budget keeps of each the prefix that pays for itself."""
         if self.drafter is None:
             raise EntMTPError("EntMTP: propose_trees called before load_model")
+        proposals: list[Proposal | None] = [None] * len(requests)
+        if self.drafts_nothing(batch_size):  # the explicit batch fallback: plain decoding
+            self._count("fallback_steps", sum(r is not None for r in requests))
+            return proposals
         use_fallback = self.fallback_max_batch is not None and batch_size > self.fallback_max_batch
         fallback_tree = self.fallback_tree if use_fallback else None  # this step's tree for every request
-        proposals: list[Proposal | None] = []
-        chosen: set[int] = set()
-        if self.drafts_nothing(batch_size):  # plain decoding for this step
-            self._count("fallback_steps", sum(r is not None for r in requests))
-            return [None] * len(requests)
-        found = [self._lookup(request) for request in requests]
-        # Under load the fallback tree drafts only the best matches (the policy still sees them all).
+        live = [i for i, request in enumerate(requests) if request is not None]
+        found = [self._lookup(requests[i]) for i in live]
+        # Under the fallback only the best matches draft (the policy still sees them all).
         matches = self._fallback_matches(found) if fallback_tree is not None else found
-        for request, seen, match in zip(requests, found, matches):
-            if request is None:
-                proposals.append(None)
-                continue
-            state = self._state(request.req_id)
-            self.scheduler.observe(state, request.accept_length)
-            step = self.drafter.begin(request.hidden.to(self.device), request.root)
-            # The heads' top-1 chain only as deep as the policy reads it (head_top1_1: head 1, whose
-            # output the draft reuses); the path value max(p0, p0·p1, …) equals p0 (every p <= 1).
-            # Under the batch fallback a policy that reads the heads does not choose (that would
-            # cost a head call per request for a tree that is overridden); any other policy
-            # still chooses, so that its state follows the lookup features it reads.
-            chain = self.policy.heads_read
-            if fallback_tree is None or not chain:
-                head_top1 = step.greedy_chain(chain) if chain else []
-                features = self.scheduler.features(state, request.p0, head_top1, request.entropy, seen)
+        states = [self._state(requests[i].req_id) for i in live]
+        for i, state in zip(live, states):
+            self.scheduler.observe(state, requests[i].accept_length)
+        steps = [self.drafter.begin(requests[i].hidden.to(self.device), requests[i].root) for i in live]
+        # The heads' top-1 chain only as deep as the policy reads it (head_top1_1: head 1, whose
+        # output the draft reuses); the path value max(p0, p0·p1, …) equals p0 (every p <= 1).
+        # Under the batch fallback a policy that reads the heads does not choose.
+        depth = self.policy.heads_read
+        asks = fallback_tree is None or not depth
+        chains = self.drafter.greedy_chains(steps, depth) if depth and asks else [[] for _ in live]
+        indices = []
+        for i, state, seen, chain in zip(live, states, found, chains):
+            if asks:
+                features = self.scheduler.features(state, requests[i].p0, chain, requests[i].entropy, seen)
                 switches = state.policy.switches
                 index = self.scheduler.choose(state, features)
                 self._count("switches", state.policy.switches - switches)
             else:
-                self.scheduler.skip(state, request.entropy)
+                self.scheduler.skip(state, requests[i].entropy)
             if fallback_tree is not None:
                 index = fallback_tree
                 self._count("fallback_steps")
+            indices.append(index)
+        trees = [self.bank.buffers(index, self.device, lookup_length=len(m.tokens)) for index, m in zip(indices, matches)]
+        # Top-k drafting (and copying) is deterministic: the lossless rule then needs no draft
+        # distributions (q is the one-hot on each drafted token).
+        drafts = self.drafter.draft_trees(steps, trees, [m.tokens for m in matches])
+        kept = self._budget(drafts, trees, states, batch_size)
+        chosen: set[int] = set()
+        shapes: set[str] = set()
+        for i, index, buffers, draft, n in zip(live, indices, trees, drafts, kept):
+            self._count("budget_cut_nodes", buffers.num_nodes - 1 - n)
+            shapes.add("none" if n == 0 else "chain" if n <= chain_nodes(buffers.parents.tolist()) else "tree")
+            if n == 0:
+                self._count("budget_empty")
+                continue
+            tokens = draft.tokens[: n + 1].to("cpu", torch.long)
+            proposals[i] = Proposal(index, tokens, tokens[1:].tolist(), len(buffers.lookup_nodes), draft.token_probs[: n + 1])
             chosen.add(index)
-            buffers = self.bank.buffers(index, self.device, lookup_length=len(match.tokens))
-            # Top-k drafting (and copying) is deterministic: the lossless rule then needs no
-            # draft distributions (q is the one-hot on each drafted token).
-            tokens = step.draft(buffers, match.tokens).tokens.to("cpu", torch.long)
-            proposal = Proposal(index, tokens, tokens[1:].tolist(), len(buffers.lookup_nodes))
             name = self.bank.names[index]
             self.stats.tree_usage[name] = self.stats.tree_usage.get(name, 0) + 1
             self._count("steps", metric="tree_steps", tree=name)
-            proposals.append(proposal)
         if len(chosen) > 1:
             self.stats.mixed_steps += 1
+        if len(shapes) == 3:
+            self.stats.shape_mixed_steps += 1
         return proposals
+
+    def _budget(self, drafts: list, trees: list[TreeBuffers], states: list[RequestSchedule], batch_size: int) -> list[int]:
+        """Draft nodes each request keeps this step: the step budget's plan, or every node."""
+        if self.budget is None:
+            return [buffers.num_nodes - 1 for buffers in trees]
+        scale, config, prior = self.calibration.scale, self.budget, self.lookup_rate.rate
+        candidates = []
+        for draft, buffers, state in zip(drafts, trees, states):
+            parents = buffers.parents.tolist()
+            rate = state.lookup.token_rate(prior, config.lookup_prior_weight) if buffers.lookup_nodes else 0.0
+            values = node_values(draft.token_probs, parents, scale, rate)
+            candidates.append(BudgetRequest(values, chain_nodes(parents)))
+        # Requests that draft nothing this step (None in) still take a row each.
+        padding = max(0, batch_size - len(candidates))
+        return plan_budget(candidates + [BudgetRequest((), 0)] * padding, self.cost_model)[: len(candidates)]
+
+    def record_step_time(self, seconds: float, shape: tuple[int, int, int] | None) -> None:
+        """A timed engine step; `shape` (requests, rows, tree rows) when it was decode-only,
+        which the step-cost model learns from."""
+        self.stats.steps_timed += 1
+        self._count("step_seconds", seconds)
+        metrics.count("steps_timed")
+        if shape is not None:
+            self.cost_model.observe(*shape, seconds)
+
+    def record_overhead(self, phase: str, seconds: float) -> None:
+        """Seconds EntMTP's own code took in one phase of a step (plan, verify, compact, draft)."""
+        self.stats.overhead_seconds[phase] = self.stats.overhead_seconds.get(phase, 0.0) + seconds
+        metrics.count("overhead_seconds", seconds, phase=phase)
+
+    def record_accepted(self, token_probs: tuple[float, ...], parents: list[int], accepted: list[int]) -> None:
+        """A verified tree's head probabilities and accepted path (node indices, root first),
+        for the calibration of head probabilities."""
+        if token_probs:
+            self.calibration.observe(token_probs, parents, accepted)
 
     def _lookup(self, request: DraftRequest | None) -> LookupMatch:
         """The prompt-lookup proposal for a request (NO_MATCH without lookup trees or context)."""

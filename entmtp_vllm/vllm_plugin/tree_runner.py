@@ -19,6 +19,10 @@ One decode step, top to bottom (line numbers of vLLM 0.32.0, `v1/worker/gpu_mode
    each request's last accepted node and the verifier's p0 / entropy there; keeps the returned
    proposals for step 2 of the next step and gives vLLM their drafts.
 
+Every step is timed from `execute_model` to the end of `sample_tokens` (the drafting included):
+decode-only steps feed the proposer's step-cost model (`step_cost.py`, which the step budget
+reads), and the time of EntMTP's own phases (plan, verify, compact, draft) is counted beside it.
+
 The platform runners (`model_runner.py`) add only what differs: where compaction writes
 (`_entmtp_compact`). Drafts are read from `scheduler_output.scheduled_spec_decode_tokens`, never
 from `input_ids` (which clamps the scheduler's -1 placeholders to token 0). Requests without a
@@ -42,6 +46,7 @@ are read back once per step (`_root_features`).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,6 +79,8 @@ class Verification:
     chain: bool
     capture_start: int
     """Where this request's rows start in `TreeStep.capture_rows` (-1: not captured)."""
+    token_probs: tuple[float, ...] = ()
+    """The proposal's head probability of each node (`Proposal.token_probs`, cut to the tree)."""
 
 
 @dataclass
@@ -94,6 +101,11 @@ class StepPlan:
     outcomes: list[tuple[int, float, float, int | None] | None] | None = None
     """Per request after verification: (token row of the last accepted node, p0, entropy,
     accept length of a tree step or None)."""
+    decode_only: bool = False
+    """Every request computes one row plus its drafts (no prefill chunk): a step the step-cost
+    model learns from."""
+    tree_tokens: int = 0
+    """Rows of requests verifying a branching tree."""
 
 
 def _core_params(sampling_params) -> SamplingParams:
@@ -143,6 +155,10 @@ class TreeRunnerMixin:
         self._entmtp_pending: dict[str, Proposal] = {}
         """Proposals drafted at the end of a step, waiting for the step that schedules them."""
         self._entmtp_warned: set[str] = set()
+        self._entmtp_started: float | None = None
+        """When the step being run entered `execute_model` (perf_counter seconds)."""
+        self._entmtp_shape: tuple[int, int, int] | None = None
+        """(requests, rows, tree rows) of the step being run when it is decode-only."""
 
     # ------------------------------------------------------------------ platform hooks
 
@@ -166,6 +182,27 @@ class TreeRunnerMixin:
                 raise EntMTPError("EntMTP supports models with one KV cache group (plain decoder attention) only")
             self._entmtp_check_backend()
 
+    # ------------------------------------------------------------------ step timing
+
+    def execute_model(self, scheduler_output, intermediate_tensors=None):
+        self._entmtp_started = time.perf_counter() if self._entmtp is not None else None
+        self._entmtp_shape = None
+        output = super().execute_model(scheduler_output, intermediate_tensors)
+        if output is not None:  # nothing to sample: no sample_tokens follows
+            self._entmtp_started = None
+        return output
+
+    def sample_tokens(self, grammar_output):
+        output = super().sample_tokens(grammar_output)
+        started, self._entmtp_started = self._entmtp_started, None
+        if started is not None:
+            seconds = time.perf_counter() - started
+            self._entmtp.record_step_time(seconds, self._entmtp_shape)
+        return output
+
+    def _timed(self, phase: str, started: float) -> None:
+        self._entmtp.record_overhead(phase, time.perf_counter() - started)
+
     # ------------------------------------------------------------------ request lifetime
 
     def _update_states(self, scheduler_output):
@@ -184,7 +221,11 @@ class TreeRunnerMixin:
     def _prepare_inputs(self, scheduler_output, num_scheduled_tokens):
         result = super()._prepare_inputs(scheduler_output, num_scheduled_tokens)
         if self._entmtp is not None:
-            self._entmtp_plan = self._plan_step(scheduler_output, num_scheduled_tokens)
+            started = time.perf_counter()
+            plan = self._entmtp_plan = self._plan_step(scheduler_output, num_scheduled_tokens)
+            if plan.decode_only:
+                self._entmtp_shape = (plan.num_reqs, int(plan.starts[-1]), plan.tree_tokens)
+            self._timed("plan", started)
         return result
 
     def _build_attention_metadata(self, *args, **kwargs):
@@ -221,20 +262,25 @@ class TreeRunnerMixin:
 
         scheduled = scheduler_output.scheduled_spec_decode_tokens
         prefix_lens = batch.num_computed_tokens_cpu[:num_reqs].astype(np.int64)
+        decode_only = num_reqs > 0
+        tree_tokens = 0
         position_rows: list[np.ndarray] = []
         position_values: list[np.ndarray] = []
         for req_id in scheduler_output.num_scheduled_tokens:
             proposal = self._entmtp_pending.pop(req_id, None)
             drafts = scheduled.get(req_id)
+            i = batch.req_id_to_index[req_id]
+            if int(num_scheduled_tokens[i]) != 1 + len(drafts or ()):
+                decode_only = False  # a prefill chunk
             if stock_sampler or proposal is None or not drafts:
                 continue
-            i = batch.req_id_to_index[req_id]
             n = len(drafts)
             if int(num_scheduled_tokens[i]) != n + 1 or list(drafts) != proposal.drafts[:n]:
                 continue  # placeholders (-1), or drafts that are not this proposal's
             buffers, chain = drafter.subtree(proposal.tree_index, n + 1, proposal.lookup_length)
-            trees[i] = Verification(buffers, proposal.tokens[: n + 1], chain, -1)
+            trees[i] = Verification(buffers, proposal.tokens[: n + 1], chain, -1, proposal.token_probs[: n + 1])
             if not chain:
+                tree_tokens += n + 1
                 start = int(starts[i])
                 position_rows.append(np.arange(start, start + n + 1))
                 position_values.append(int(prefix_lens[i]) + buffers.depths.numpy())
@@ -242,7 +288,10 @@ class TreeRunnerMixin:
             rows = torch.from_numpy(np.concatenate(position_rows)).to(self.positions.device)
             values = torch.from_numpy(np.concatenate(position_values)).to(self.positions.device, self.positions.dtype)
             self.positions[rows] = values
-        return StepPlan(num_reqs, starts, trees, params, prefix_lens, self._tree_step(trees, starts), stock_sampler)
+        return StepPlan(
+            num_reqs, starts, trees, params, prefix_lens, self._tree_step(trees, starts), stock_sampler,
+            decode_only=decode_only, tree_tokens=tree_tokens,
+        )
 
     def _tree_step(self, trees: list[Verification | None], starts: np.ndarray) -> TreeStep | None:
         """The attention backend's view of this step's non-chain trees (None: there are none)."""
@@ -298,6 +347,7 @@ class TreeRunnerMixin:
     def _verify(self, plan: StepPlan, logits: torch.Tensor, metadata) -> SamplerOutput:
         drafter = self._entmtp
         assert drafter is not None
+        started = time.perf_counter()
         mode = drafter.settings.acceptance
         typical = drafter.settings.typical
         batch = self.input_batch
@@ -335,6 +385,7 @@ class TreeRunnerMixin:
                 accept_lengths.append(len(emitted))
                 moved = sum(node != j for j, node in enumerate(accepted))  # never in a chain
                 drafter.record_verification(tree.buffers.num_nodes - 1, len(accepted) - 1, moved)
+                drafter.record_accepted(tree.token_probs, tree.buffers.parents.tolist(), accepted)
                 if tree.buffers.lookup_nodes:
                     lookup = set(tree.buffers.lookup_nodes)
                     drafter.record_lookup(batch.req_ids[i], len(lookup), len(lookup.intersection(accepted)))
@@ -347,7 +398,11 @@ class TreeRunnerMixin:
             token_rows.append(int(plan.starts[i + 1]) - num_drafts[i] - 1 + accepted[-1])
 
         if paths and plan.tree_step is not None and plan.tree_step.compaction:
+            self._timed("verify", started)
+            started = time.perf_counter()
             self._entmtp_compact(plan, paths)
+            self._timed("compact", started)
+            started = time.perf_counter()
 
         p0, entropies = self._root_features(plan, logits[last_rows])
         plan.outcomes = [
@@ -358,6 +413,7 @@ class TreeRunnerMixin:
         sampled = torch.full((plan.num_reqs, width), -1, dtype=torch.int32)
         for i, row in enumerate(emitted_rows):
             sampled[i, : len(row)] = torch.tensor(row, dtype=torch.int32)
+        self._timed("verify", started)
         return SamplerOutput(sampled_token_ids=sampled, logprobs_tensors=None)
 
     def _root_features(self, plan: StepPlan, rows: torch.Tensor) -> tuple[list[float], list[float]]:
@@ -436,7 +492,9 @@ class TreeRunnerMixin:
                     context=token_ids[i, : int(lengths[i])] if want_context else None,
                 )
             )
+        started = time.perf_counter()
         proposals = drafter.propose_trees(requests, batch_size=len(req_ids))
+        self._timed("draft", started)
         drafts = []
         for req_id, proposal in zip(req_ids, proposals):
             if proposal is not None:
@@ -451,4 +509,7 @@ class TreeRunnerMixin:
             return None
         stats = self._entmtp.stats.as_dict()
         stats["live_requests"] = self._entmtp.num_live_requests
+        stats["step_cost"] = self._entmtp.cost_model.as_dict()
+        stats["head_scale"] = self._entmtp.calibration.scale
+        stats["lookup_rate"] = self._entmtp.lookup_rate.rate
         return stats

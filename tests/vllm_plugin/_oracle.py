@@ -33,6 +33,7 @@ def bigram_table(sequences: list[list[int]]) -> dict[int, list[int]]:
 class _Draft:
     tokens: torch.Tensor
     draft_probs: torch.Tensor | None = None
+    token_probs: tuple[float, ...] = ()
 
 
 class _Step:
@@ -42,7 +43,7 @@ class _Step:
     def greedy_chain(self, depth: int) -> list[float]:
         return [0.5] * depth
 
-    def draft(self, buffers, want_probs: bool = False) -> _Draft:
+    def draft(self, buffers, lookup_tokens=None, want_probs: bool = False) -> _Draft:
         tokens = [self.root]
         for node in range(1, buffers.num_nodes):
             parent, rank = int(buffers.parents[node]), int(buffers.ranks[node])
@@ -50,7 +51,7 @@ class _Step:
             if rank < 2 and self.rng.random() < 0.3:
                 rank = 1 - rank
             tokens.append(candidates[rank])
-        return _Draft(torch.tensor(tokens))
+        return _Draft(torch.tensor(tokens), None, (1.0,) * len(tokens))
 
 
 class _OracleDrafter:
@@ -59,6 +60,12 @@ class _OracleDrafter:
 
     def begin(self, hidden: torch.Tensor, root: int) -> _Step:
         return _Step(int(root), self.rng)
+
+    def greedy_chains(self, steps, depth: int) -> list[list[float]]:
+        return [step.greedy_chain(depth) for step in steps]
+
+    def draft_trees(self, steps, trees, lookups, want_probs: bool = False) -> list[_Draft]:
+        return [step.draft(tree, lookup, want_probs) for step, tree, lookup in zip(steps, trees, lookups)]
 
 
 class OracleEntMTP(EntMTPProposer):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from entmtp_vllm.errors import EntMTPError
-from entmtp_vllm.vllm_plugin.config import EntMTPConfig, parse_config, resolve
+from entmtp_vllm.vllm_plugin.config import DEFAULT_BATCH_FALLBACK, EntMTPConfig, parse_config, resolve
 
 pytestmark = pytest.mark.vllm
 
@@ -16,10 +16,12 @@ def test_defaults_are_the_shipped_bank():
     assert resolved.bank.tree(0).num_nodes == 3  # Hydra heads 1-2 as a chain
     assert resolved.bank.max_nodes <= 7
     assert resolved.policy.feature == "lookup_match"  # the bank's own policy
-    # above 4 requests: only the lookup chain ("auto"), for matches >= 2, 2 tokens, 8 per step
-    assert resolved.fallback_tree == 1 and resolved.fallback_max_batch == 4
-    fallback = EntMTPConfig().batch_fallback
-    assert (fallback.min_match, fallback.max_lookup_tokens, fallback.max_draft_tokens) == (2, 2, 8)
+    # the step budget sizes trees under load; no batch-size fallback unless asked for
+    assert resolved.fallback_tree is None and resolved.fallback_max_batch is None
+    assert EntMTPConfig().budget is not None and EntMTPConfig().batch_fallback is None
+    # the former default stays available as an explicit override ("auto": the lookup chain)
+    former = resolve(EntMTPConfig(batch_fallback=DEFAULT_BATCH_FALLBACK), num_speculative_tokens=6)
+    assert former.fallback_tree == 1 and former.fallback_max_batch == 4
     assert EntMTPConfig().typical.epsilon == 0.09
 
 
@@ -33,6 +35,8 @@ def test_defaults_are_the_shipped_bank():
         ({"policy": "static:nope"}, ["nope"]),
         ({"batch_fallback": {"max_batch": 4, "tree": "missing"}}, ["batch_fallback", "missing"]),
         ({"batch_fallback": {"max_batch": 4, "min_match": 0}}, ["batch_fallback.min_match"]),
+        ({"budget": {"memory": 1}}, ["budget.memory"]),
+        ({"budget": {"prior": {"per_token_ms": -1}}}, ["budget.prior.per_token_ms"]),
         ("[1, 2]", ["must be a JSON object"]),
     ],
 )
@@ -97,6 +101,7 @@ def test_plugin_selects_the_worker(model_path, heads_folder):
 def test_auto_fallback_is_the_longest_lookup_only_tree(tmp_path):
     bank = tmp_path / "bank.json"
     bank.write_text('{"hybrid": [[-1], [0]], "short": [[-1]], "heads": [[0], [0, 0]], "long": [[-1], [-1, -1]]}')
-    assert resolve(parse_config({"bank": str(bank)}), 6).fallback_tree == 3
+    auto = {"max_batch": 4, "tree": "auto"}
+    assert resolve(parse_config({"bank": str(bank), "batch_fallback": auto}), 6).fallback_tree == 3
     # no lookup-only tree: "auto" drafts nothing under load
-    assert resolve(parse_config({"bank": "full:2,1,1"}), 6).fallback_tree is None
+    assert resolve(parse_config({"bank": "full:2,1,1", "batch_fallback": auto}), 6).fallback_tree is None

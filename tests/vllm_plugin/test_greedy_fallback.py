@@ -1,4 +1,4 @@
-"""Greedy equality under load: the default batch fallback (above `max_batch` requests only the
+"""Greedy equality under load: the former default batch fallback, as an explicit override without the step budget (above `max_batch` requests only the
 lookup chain, for matches >= 2, cut to 2 tokens, at most 8 per step) with the shipped vLLM bank,
 its threshold lowered so that the 24-prompt batch falls back for most of the run."""
 
@@ -16,7 +16,7 @@ def llm(model_path, heads_folder):
     from entmtp_vllm.vllm_plugin.config import DEFAULT_BATCH_FALLBACK
 
     fallback = DEFAULT_BATCH_FALLBACK.model_copy(update={"max_batch": 2}).model_dump()
-    engine = make_llm(model_path, {"heads": heads_folder, "batch_fallback": fallback})
+    engine = make_llm(model_path, {"heads": heads_folder, "batch_fallback": fallback, "budget": None})
     yield engine
     del engine
 

@@ -14,6 +14,7 @@ import torch
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.heads.drafting import TreeDrafter
 from entmtp_vllm.heads.hydra import HydraHeads
+from entmtp_vllm.vllm_plugin.config import DEFAULT_BATCH_FALLBACK
 from entmtp_vllm.vllm_plugin.proposer import DraftRequest, EntMTPProposer
 
 HIDDEN, VOCAB = 16, 40
@@ -44,7 +45,7 @@ def _drafts(proposals) -> list[list[int]]:
 
 
 def test_drafts_follow_bank_node_order():
-    proposer = _proposer({"bank": "full:2,1,1"})
+    proposer = _proposer({"bank": "full:2,1,1", "budget": None})  # no budget: whole trees
     proposals = proposer.propose_trees([_request("a"), None, _request("b")], batch_size=3)
     assert [len(d) for d in _drafts(proposals)] == [6, 0, 6]
     proposal = proposals[0]
@@ -91,8 +92,9 @@ def test_batch_fallback_above_max_batch():
     assert proposer.stats.fallback_steps == 2
 
 
-def test_default_fallback_stops_drafting_above_four_requests():
-    proposer = _proposer({"bank": "full:2,1,1"})  # default batch_fallback: max 4, no tree
+def test_former_default_fallback_stops_drafting_above_four_requests():
+    # the rule before the step budget, as an explicit override: max 4, "auto" (no lookup tree here)
+    proposer = _proposer({"bank": "full:2,1,1", "budget": None, "batch_fallback": DEFAULT_BATCH_FALLBACK.model_dump()})
     proposals = proposer.propose_trees([_request(str(i)) for i in range(5)], batch_size=5)
     assert proposals == [None] * 5 and proposer.stats.fallback_steps == 5
     drafts = _drafts(proposer.propose_trees([_request(str(i)) for i in range(4)], batch_size=4))
@@ -109,7 +111,7 @@ def test_fallback_drafts_only_long_matches_cut_and_within_the_budget(tmp_path):
     bank.write_text('{"hydra": [[0]], "loop": [[-1], [-1, -1], [-1, -1, -1], [-1, -1, -1, -1], [-1, -1, -1, -1, -1]]}')
     settings = {"bank": str(bank), "policy": "hysteresis@lookup_match:0.5:hydra,loop",
                 "batch_fallback": {"max_batch": 2, "tree": "loop", "min_match": 2, "max_lookup_tokens": 3,
-                                   "max_draft_tokens": 5}}
+                                   "max_draft_tokens": 5}, "budget": None}
     proposer = _proposer(settings)
     long3 = [7, 8, 9, 10, 11, 12, 13, 7, 8, 9]  # suffix 7,8,9 seen before: match 3, copies 10,11,12,13,7
     long2 = [20, 21, 22, 23, 24, 25, 5, 20, 21]  # match 2 (20,21): copies 22,23,24,25,5
@@ -157,3 +159,49 @@ def test_without_the_entmtp_runner_the_error_names_the_worker():
     proposer.drafter = None
     with pytest.raises(EntMTPError, match="worker-cls"):
         proposer.load_model(torch.nn.Linear(1, 1))
+
+
+def _budget(fixed: float, per_token: float) -> dict:
+    return {"prior": {"fixed_ms": fixed, "per_request_ms": 0.0, "per_token_ms": per_token, "per_tree_token_ms": 0.0}}
+
+
+def test_step_budget_keeps_whole_trees_when_tokens_are_cheap_and_none_when_dear():
+    requests = lambda: [_request(str(i)) for i in range(3)]  # noqa: E731
+    torch.manual_seed(1)
+    whole = _drafts(_proposer({"bank": "full:2,1,1", "budget": None}).propose_trees(requests(), batch_size=3))
+    torch.manual_seed(1)
+    cheap = _proposer({"bank": "full:2,1,1", "budget": _budget(1000.0, 0.001)})
+    assert _drafts(cheap.propose_trees(requests(), batch_size=3)) == whole
+    assert cheap.stats.budget_cut_nodes == 0 and cheap.stats.budget_empty == 0
+    dear = _proposer({"bank": "full:2,1,1", "budget": _budget(0.0, 1000.0)})  # a node never pays
+    assert dear.propose_trees(requests(), batch_size=3) == [None] * 3
+    assert dear.stats.budget_empty == 3 and dear.stats.budget_cut_nodes == 18
+    assert dear.stats.tree_usage == {}  # nothing drafted, nothing counted as a tree step
+
+
+def test_step_budget_cuts_trees_to_a_prefix_in_node_order():
+    proposer = _proposer({"bank": "full:2,1,1", "budget": _budget(20.0, 2.0)})
+    proposals = proposer.propose_trees([_request(str(i)) for i in range(8)], batch_size=8)
+    full = proposer.bank.buffers(0, "cpu")
+    for proposal in proposals:
+        if proposal is None:
+            continue
+        n = len(proposal.drafts)
+        buffers, _ = proposer.subtree(proposal.tree_index, n + 1)
+        assert buffers.nodes == full.nodes[: n + 1]  # a prefix in node order is a subtree
+        assert len(proposal.token_probs) == n + 1
+    assert proposer.stats.budget_cut_nodes > 0
+
+
+def test_measured_steps_move_the_cost_model():
+    proposer = _proposer({"bank": "full:2,1,1"})
+    before = proposer.cost_model.as_dict()["per_token_ms"]
+    for k in range(100):
+        tokens = 4 + k % 9
+        proposer.record_step_time((10.0 + 0.5 * tokens) / 1e3, (4, tokens, 0))
+    proposer.record_step_time(0.5, None)  # a step with prefill: timed, not learnt from
+    assert proposer.cost_model.steps == 100 and proposer.stats.steps_timed == 101
+    assert proposer.cost_model.as_dict()["per_token_ms"] == pytest.approx(0.5, rel=0.2) != before
+    proposer.record_overhead("draft", 0.25)
+    proposer.record_overhead("draft", 0.25)
+    assert proposer.stats.as_dict()["overhead_seconds"] == {"draft": 0.5}

@@ -24,7 +24,7 @@ from entmtp_vllm.vllm_plugin.tree_runner import TreeRunnerMixin  # noqa: E402
 from entmtp_vllm.vllm_plugin.worker import EntMTPCPUWorker, EntMTPGPUWorker  # noqa: E402
 
 VLLM_OVERRIDES = ("__init__", "_update_states", "_prepare_inputs", "_build_attention_metadata", "_sample",
-                  "propose_draft_token_ids", "initialize_attn_backend")
+                  "propose_draft_token_ids", "initialize_attn_backend", "execute_model", "sample_tokens")
 """The vLLM methods the mixin overrides (its `_entmtp*` and helper methods are its own)."""
 
 

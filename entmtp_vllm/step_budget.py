@@ -1,0 +1,150 @@
+"""The step budget: how many of its tree's nodes each request of a step drafts.
+
+    values = node_values(draft.token_probs, buffers, calibration.head_scale, lookup_rate)
+    kept = plan_budget([BudgetRequest(values, chain_nodes(buffers)), ...], cost_model)
+
+Every request arrives with its policy's tree, drafted in full (`heads.drafting.draft_trees`).
+Each draft node gets a value: its estimated chance of being accepted, the product along its
+path of each node's chance given its parent (a head node: its head probability times the
+engine's calibration scale, capped at 1; a prompt-lookup node: the request's lookup hit rate).
+`plan_budget` then keeps, for each request, a prefix of its tree in node order (a prefix in node
+order is a subtree), extending whichever request's next nodes add the most expected tokens per
+second of marginal step cost, and only while an extension raises the step's expected tokens per
+second: (E + gain) / (T + dT) > E / T, where E counts one token per request (the token every
+request emits anyway) plus the kept nodes' values, and T is the step-cost model's prediction.
+So trees shrink smoothly as the batch grows, confident requests keep drafting at any batch size,
+and a step that nothing pays for drafts nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from entmtp_vllm.config import StepBudgetConfig
+from entmtp_vllm.step_cost import StepCostModel
+
+
+@dataclass(frozen=True)
+class BudgetRequest:
+    """One request's candidate drafts."""
+
+    values: Sequence[float]
+    """Per draft node, node order (the root left out): its estimated chance of acceptance;
+    never above its parent's."""
+    chain_nodes: int
+    """The longest prefix of the draft nodes that forms a chain (a longer prefix branches: its
+    rows pay the tree-attention cost)."""
+
+
+def chain_nodes(parents: Sequence[int]) -> int:
+    """How many draft nodes (node order) form a chain below the root, from `parents` (node
+    order, parents[0] = -1)."""
+    n = 0
+    while n + 1 < len(parents) and parents[n + 1] == n:
+        n += 1
+    return n
+
+
+def node_values(token_probs: Sequence[float], parents: Sequence[int], head_scale: float, lookup_rate: float) -> list[float]:
+    """Each draft node's chance of acceptance (node order, root left out): its parent's times
+    its own given the parent (a head node: `head_scale` × its head probability, capped at 1; a
+    lookup node, marked by a negative probability: `lookup_rate`)."""
+    values = [1.0] * len(parents)
+    for i in range(1, len(parents)):
+        p = token_probs[i]
+        given_parent = lookup_rate if p < 0 else min(1.0, head_scale * p)
+        values[i] = values[parents[i]] * given_parent
+    return values[1:]
+
+
+def _prefix_cost(request: BudgetRequest, n: int, per_token: float, per_tree_token: float) -> float:
+    """Marginal seconds of drafting the first `n` nodes (rows of a branching prefix, its root
+    included, pay the tree cost)."""
+    tree_rows = n + 1 if n > request.chain_nodes else 0
+    return per_token * n + per_tree_token * tree_rows
+
+
+def _best_extension(request: BudgetRequest, kept: int, per_token: float, per_tree_token: float):
+    """(gain per second, nodes, gain, seconds) of the request's best extension beyond `kept`
+    nodes, or None when it has no node left."""
+    best, gain, base = None, 0.0, _prefix_cost(request, kept, per_token, per_tree_token)
+    for n in range(kept + 1, len(request.values) + 1):
+        gain += request.values[n - 1]
+        seconds = _prefix_cost(request, n, per_token, per_tree_token) - base
+        rate = gain / seconds if seconds > 0 else float("inf")
+        if best is None or rate > best[0]:
+            best = (rate, n, gain, seconds)
+    return best
+
+
+def plan_budget(requests: Sequence[BudgetRequest], cost: StepCostModel) -> list[int]:
+    """Draft nodes kept per request (a prefix of each tree in node order); see the module doc."""
+    rows = len(requests)
+    kept = [0] * rows
+    if not rows:
+        return kept
+    _, _, per_token, per_tree_token = (float(c) for c in cost.coefficients)
+    expected = float(rows)
+    seconds = cost.cost(rows, rows, 0)
+    best = [_best_extension(r, 0, per_token, per_tree_token) for r in requests]
+    while True:
+        candidates = [i for i in range(rows) if best[i] is not None and best[i][2] > 0]
+        if not candidates:
+            break
+        i = max(candidates, key=lambda j: best[j][0])
+        _, n, gain, extra = best[i]
+        if (expected + gain) * seconds <= expected * (seconds + extra):
+            break  # the best extension no longer raises expected tokens per second: none does
+        kept[i], expected, seconds = n, expected + gain, seconds + extra
+        best[i] = _best_extension(requests[i], n, per_token, per_tree_token)
+    return kept
+
+
+class LookupRate:
+    """The engine-wide chance that a prompt-lookup token is accepted when its parent is (every
+    request's lookup chains, older ones forgotten); each request's own rate starts from it."""
+
+    def __init__(self, config: StepBudgetConfig) -> None:
+        self._forget = 1.0 - 1.0 / config.calibration_memory
+        self._prior, self._weight = config.lookup_prior, config.lookup_prior_weight
+        self.hits = 0.0
+        self.trials = 0.0
+
+    @property
+    def rate(self) -> float:
+        return (self.hits + self._prior * self._weight) / (self.trials + self._weight)
+
+    def observe(self, proposed: int, accepted: int) -> None:
+        """A verified lookup chain of `proposed` tokens, `accepted` of them accepted (tried:
+        accepted + 1, or all of them)."""
+        if proposed > 0:
+            self.hits = self._forget * self.hits + accepted
+            self.trials = self._forget * self.trials + min(proposed, accepted + 1)
+
+
+class HeadCalibration:
+    """How far head probabilities over- or under-state acceptance, learnt from verified nodes:
+    scale = (accepted + w) / (predicted + w) over the head nodes whose parent was accepted (the
+    nodes that had a chance), forgetting older nodes; w pseudo-nodes of scale 1."""
+
+    PRIOR_NODES = 20.0
+
+    def __init__(self, config: StepBudgetConfig) -> None:
+        self._forget = 1.0 - 1.0 / config.calibration_memory
+        self.predicted = 0.0
+        self.accepted = 0.0
+
+    @property
+    def scale(self) -> float:
+        return (self.accepted + self.PRIOR_NODES) / (self.predicted + self.PRIOR_NODES)
+
+    def observe(self, token_probs: Sequence[float], parents: Sequence[int], accepted: Sequence[int]) -> None:
+        """A verified tree: its nodes' head probabilities, parents, and the accepted path."""
+        on_path = set(accepted)
+        for i in range(1, len(parents)):
+            p = token_probs[i]
+            if p >= 0 and parents[i] in on_path:
+                factor = self._forget
+                self.predicted = factor * self.predicted + p
+                self.accepted = factor * self.accepted + (i in on_path)

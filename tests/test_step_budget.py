@@ -1,0 +1,119 @@
+"""The step budget on synthetic batches (`entmtp_vllm/step_budget.py`), no model."""
+
+from __future__ import annotations
+
+import pytest
+
+from entmtp_vllm.config import StepBudgetConfig, StepCostPrior
+from entmtp_vllm.step_budget import (
+    BudgetRequest,
+    HeadCalibration,
+    LookupRate,
+    chain_nodes,
+    node_values,
+    plan_budget,
+)
+from entmtp_vllm.step_cost import StepCostModel
+
+
+def cost_model(fixed: float, per_request: float, per_token: float, per_tree_token: float = 0.0) -> StepCostModel:
+    prior = StepCostPrior(fixed_ms=fixed, per_request_ms=per_request, per_token_ms=per_token, per_tree_token_ms=per_tree_token)
+    return StepCostModel(StepBudgetConfig(prior=prior))
+
+
+def expected_rate(requests, kept, model) -> float:
+    """Expected tokens per second of a plan (one token per request plus the kept values)."""
+    tokens = len(requests) + sum(kept)
+    tree = sum(n + 1 for r, n in zip(requests, kept) if n > r.chain_nodes)
+    expected = len(requests) + sum(sum(r.values[:n]) for r, n in zip(requests, kept))
+    return expected / model.cost(len(requests), tokens, tree)
+
+
+CHAIN5 = [0, 0, 1, 2, 3, 4]  # parents of a 5-node chain, root first
+TREE = [-1, 0, 0, 1, 1, 2]  # root, two children, two grandchildren under the first, one under the second
+
+
+def test_values_multiply_along_paths_and_calibrate():
+    parents = [-1] + CHAIN5[1:]
+    probs = [1.0, 0.8, 0.5, 0.5, 0.5, 0.5]
+    assert node_values(probs, parents, 1.0, 0.0) == pytest.approx([0.8, 0.4, 0.2, 0.1, 0.05])
+    assert node_values(probs, parents, 2.0, 0.0) == pytest.approx([1.0, 1.0, 1.0, 1.0, 1.0])  # capped at 1
+    lookup = [1.0, -1.0, -1.0, 0.9]
+    assert node_values(lookup, [-1, 0, 1, 2], 1.0, 0.5) == pytest.approx([0.5, 0.25, 0.225])
+    assert chain_nodes(parents) == 5 and chain_nodes(TREE) == 1 and chain_nodes([-1]) == 0
+
+
+def test_batch_one_with_a_cheap_token_keeps_the_whole_tree():
+    """A step whose cost is mostly fixed (a GPU, or vLLM's step at batch 1) keeps the policy's
+    whole tree, as before the budget."""
+    model = cost_model(50.0, 1.0, 0.5)
+    tree = BudgetRequest(node_values([1.0, 0.7, 0.2, 0.6, 0.3, 0.3], TREE, 1.0, 0.0), chain_nodes(TREE))
+    assert plan_budget([tree], model) == [5]
+    chain = BudgetRequest([0.6, 0.35, 0.2, 0.1, 0.05], 5)
+    assert plan_budget([chain], model) == [5]
+
+
+def test_plan_respects_the_budget_and_is_never_worse_than_not_drafting():
+    model = cost_model(40.0, 1.0, 4.0, 2.0)
+    requests = [
+        BudgetRequest([0.9, 0.8, 0.7, 0.1, 0.05], 5),
+        BudgetRequest([0.3, 0.09, 0.02], 3),
+        BudgetRequest(node_values([1.0, 0.9, 0.05, 0.9, 0.1, 0.5], TREE, 1.0, 0.0), chain_nodes(TREE)),
+        BudgetRequest([], 0),
+    ]
+    kept = plan_budget(requests, model)
+    assert all(0 <= n <= len(r.values) for r, n in zip(requests, kept))
+    rate = expected_rate(requests, kept, model)
+    assert rate >= expected_rate(requests, [0] * 4, model)
+    # no single node more or less would raise the expected rate
+    for i, r in enumerate(requests):
+        for n in (kept[i] - 1, kept[i] + 1):
+            if 0 <= n <= len(r.values):
+                other = list(kept)
+                other[i] = n
+                assert expected_rate(requests, other, model) <= rate + 1e-12
+    # the confident chain drafts deepest; the unsure request drafts nothing
+    assert kept[0] == 3 and kept[1] == 0
+
+
+def test_most_confident_requests_draft_first_and_trees_shrink_with_load():
+    model = cost_model(40.0, 1.0, 4.0)
+    confident = BudgetRequest([0.95, 0.9, 0.85, 0.8], 4)
+    unsure = BudgetRequest([0.4, 0.15, 0.05, 0.01], 4)
+    totals = []
+    for batch in (1, 4, 8, 16):
+        kept = plan_budget([confident] * (batch // 2 or 1) + [unsure] * (batch // 2), model)
+        sure, rest = kept[: batch // 2 or 1], kept[batch // 2 or 1 :]
+        assert min(sure) >= max(rest, default=0)  # confident ones never get fewer nodes
+        assert min(sure) >= 1  # and keep drafting at every batch size
+        totals.append(sum(kept) / batch)
+    assert totals == sorted(totals, reverse=True) and totals[-1] < totals[0]  # drafts per request shrink
+
+
+def test_nothing_drafts_when_nothing_pays():
+    model = cost_model(10.0, 1.0, 20.0)  # a token costs twice a step's fixed part
+    kept = plan_budget([BudgetRequest([0.5, 0.3], 2), BudgetRequest([0.4], 1)], model)
+    assert kept == [0, 0]
+    assert plan_budget([], model) == []
+
+
+def test_head_calibration_learns_overconfident_heads():
+    calibration = HeadCalibration(StepBudgetConfig())
+    assert calibration.scale == 1.0
+    # heads say 0.8 at both children of the root; the target accepts the first one half the time
+    for k in range(400):
+        accepted = [0, 1] if k % 2 else [0]
+        calibration.observe([1.0, 0.8, 0.8], [-1, 0, 0], accepted)
+    assert calibration.scale == pytest.approx(0.5 / 1.6, rel=0.1)
+    # nodes whose parent was rejected had no chance and do not count
+    before = (calibration.predicted, calibration.accepted)
+    calibration.observe([1.0, 0.9, 0.9], [-1, 0, 1], [0])  # node 2's parent (1) was rejected
+    assert calibration.predicted == pytest.approx(before[0] * (1 - 1 / 2000) + 0.9)
+
+
+def test_lookup_rate_counts_tried_tokens():
+    rate = LookupRate(StepBudgetConfig(lookup_prior=0.5, lookup_prior_weight=4.0))
+    assert rate.rate == 0.5
+    for _ in range(50):
+        rate.observe(5, 2)  # 2 accepted, the third tried and rejected
+    assert rate.rate == pytest.approx(2 / 3, abs=0.02)
