@@ -37,14 +37,8 @@ from typing import Any, Callable
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.tree import LOOKUP, Tree
 
-from tree_search.calibration import (
-    PromptIds,
-    append_jsonl,
-    build_calibration,
-    read_jsonl,
-    rewrite_jsonl,
-    settings_difference,
-)
+from tree_search.calibration import PromptIds, build_calibration
+from tree_search.resumable import append_jsonl, read_jsonl, rewrite_jsonl, settings_difference
 from tree_search.scoring import SCORERS, RolloutScore, make_scorer
 
 Path_ = tuple[int, ...]

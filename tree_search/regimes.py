@@ -257,7 +257,7 @@ def replay_records(folder: Path, settings: dict[str, Any], calibration, name: st
     from entmtp_vllm.lookup import LookupConfig, PromptLookup
 
     from tree_search.calibrate import CALIBRATE_DIR, FEATURES_FILE, build_features, feature_settings, replay
-    from tree_search.calibration import read_jsonl, settings_difference
+    from tree_search.resumable import read_jsonl, settings_difference
 
     wanted = feature_settings(folder, settings, calibration)
     cache = folder / CALIBRATE_DIR / FEATURES_FILE
@@ -359,7 +359,8 @@ def run_regimes(config: RegimesConfig, progress: bool = True, log: Callable[[str
     from entmtp_vllm.lookup import LookupConfig, PromptLookup
     from entmtp_vllm.topology import TopologyBank
 
-    from tree_search.calibration import append_jsonl, load_calibration, read_jsonl, rewrite_jsonl, settings_difference
+    from tree_search.calibration import load_calibration
+    from tree_search.resumable import append_jsonl, read_jsonl, rewrite_jsonl, settings_difference
     from tree_search.debias import _raw_setting, read_frontier
     from tree_search.frontier import CALIBRATION_LOG, Resources
 
