@@ -36,9 +36,13 @@ import torch
 
 from entmtp_vllm.errors import EntMTPError
 
-from tree_search.resumable import append_jsonl, read_jsonl, rewrite_jsonl, settings_difference
+from tree_search.resumable import append_jsonl, read_jsonl, resume_jsonl, rewrite_jsonl
 
 CALIBRATION_FILE = "calibration.jsonl"
+CALIBRATION_REFUSAL = (
+    "calibration cache {path} was made with other settings ({diff}); use another --out folder or the same settings"
+)
+"""The error of a calibration cache made with other settings (`resume_jsonl`'s `refusal`)."""
 UNRANKED = -1
 """Rank of a true token outside the top-`rank_cap` (or past the end of the trajectory)."""
 
@@ -228,26 +232,16 @@ def build_calibration(
     from entmtp_vllm.engine.reference import eos_token_ids
 
     done: dict[str, Trajectory] = {}
+    eos_cached = None
     if path is not None:
-        old, records, truncated = read_jsonl(path, "calibration cache")
-        if old is not None and not any(r.get("kind") == "trajectory" for r in records):
-            old = None  # nothing computed yet: start over with these settings
-        if old is not None:
-            diff = settings_difference(old, settings)
-            if diff:
-                raise EntMTPError(
-                    f"calibration cache {path} was made with other settings ({'; '.join(diff)}); "
-                    "use another --out folder or the same settings"
-                )
-            done = {r["id"]: Trajectory.from_record(r) for r in records if r.get("kind") == "trajectory"}
+        records, truncated = resume_jsonl(path, "calibration cache", settings, "trajectory", CALIBRATION_REFUSAL)
+        done = {r["id"]: Trajectory.from_record(r) for r in records if r.get("kind") == "trajectory"}
+        if not done:  # nothing computed yet: start over with these settings (an eos record too)
+            rewrite_jsonl(path, settings, [])
+        else:
             eos_cached = next((r["eos_ids"] for r in records if r.get("kind") == "eos"), None)
             if truncated:
                 rewrite_jsonl(path, settings, records)
-        else:
-            eos_cached = None
-            rewrite_jsonl(path, settings, [])
-    else:
-        eos_cached = None
 
     missing = [p for p in prompts if p.id not in done]
     eos_ids = None if eos_cached is None else frozenset(eos_cached)

@@ -75,3 +75,25 @@ def append_jsonl(path: Path, record: dict[str, Any]) -> None:
     with path.open("a", encoding="utf-8") as handle:
         handle.write(json.dumps(record) + "\n")
         handle.flush()
+
+
+def resume_jsonl(path: Path, what: str, settings: dict[str, Any], kind: str,
+                 refusal: str) -> tuple[list[dict[str, Any]], bool]:
+    """(records, truncated) of the file at `path`, to resume a run made with `settings`.
+
+    A missing or empty file, or one made with other settings that holds no `kind` record yet
+    (nothing computed), starts over: a header of `settings` is written and no record returned.
+    A file whose `kind` records were made with other settings is refused: an `EntMTPError` of
+    `refusal.format(path=path, diff=...)`, `diff` the `settings_difference` lines joined by `; `.
+    `truncated` (see `read_jsonl`): the caller rewrites the file with the records it keeps
+    before appending after them.
+    """
+    old, records, truncated = read_jsonl(path, what)
+    if old is not None:
+        diff = settings_difference(old, settings)
+        if not diff:
+            return records, truncated
+        if any(r.get("kind") == kind for r in records):
+            raise EntMTPError(refusal.format(path=path, diff="; ".join(diff)))
+    rewrite_jsonl(path, settings, [])
+    return [], False
