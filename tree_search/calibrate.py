@@ -71,16 +71,8 @@ from entmtp_vllm.tree import LOOKUP, Tree
 from tree_search.report import write_stage_outputs
 from tree_search.step_costs import STEP_COSTS_FILE, probe_step_costs
 from tree_search.scoring import accepted_branches, correct_copies, lookup_proposals
-from tree_search.calibration import (
-    Calibration,
-    Trajectory,
-    append_jsonl,
-    load_calibration,
-    read_jsonl,
-    rewrite_jsonl,
-    settings_difference,
-    walk,
-)
+from tree_search.calibration import Calibration, Trajectory, load_calibration, walk
+from tree_search.resumable import append_jsonl, resume_jsonl, rewrite_jsonl, settings_difference
 
 CALIBRATE_DIR = "calibrate"
 FEATURES_FILE = "features.jsonl"
@@ -159,18 +151,12 @@ def build_features(calibration: Calibration, load: Callable[[], tuple[Any, Any, 
 
     done: dict[str, PositionFeatures] = {}
     if path is not None:
-        old, records, truncated = read_jsonl(path, "features cache")
-        if old is not None and settings_difference(old, settings):
-            if any(r.get("kind") == "features" for r in records):
-                raise EntMTPError(f"features cache {path} was made with other settings "
-                                  f"({'; '.join(settings_difference(old, settings))}); delete it to start over")
-            old = None
-        if old is None:
-            rewrite_jsonl(path, settings, [])
-        else:
-            done = {r["id"]: PositionFeatures.from_record(r) for r in records if r.get("kind") == "features"}
-            if truncated:
-                rewrite_jsonl(path, settings, [f.as_record() for f in done.values()])
+        records, truncated = resume_jsonl(path, "features cache", settings, "features",
+                                          "features cache {path} was made with other settings ({diff}); "
+                                          "delete it to start over")
+        done = {r["id"]: PositionFeatures.from_record(r) for r in records if r.get("kind") == "features"}
+        if truncated:
+            rewrite_jsonl(path, settings, [f.as_record() for f in done.values()])
     missing = [t for t in calibration.trajectories if t.id not in done]
     if missing:
         model, _, drafter = load()

@@ -27,7 +27,6 @@ per prompt (written as soon as it is done, so an interrupted calibration resumes
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +36,13 @@ import torch
 
 from entmtp_vllm.errors import EntMTPError
 
+from tree_search.resumable import append_jsonl, read_jsonl, resume_jsonl, rewrite_jsonl
+
 CALIBRATION_FILE = "calibration.jsonl"
+CALIBRATION_REFUSAL = (
+    "calibration cache {path} was made with other settings ({diff}); use another --out folder or the same settings"
+)
+"""The error of a calibration cache made with other settings (`resume_jsonl`'s `refusal`)."""
 UNRANKED = -1
 """Rank of a true token outside the top-`rank_cap` (or past the end of the trajectory)."""
 
@@ -197,71 +202,6 @@ def oracle_ranks(model, drafter, prompt_ids: Sequence[int], tokens: Sequence[int
 # --------------------------------------------------------------------------- building / caching
 
 
-def _header(settings: dict[str, Any]) -> dict[str, Any]:
-    return {"kind": "settings", "settings": settings}
-
-
-def _normalised(value: Any) -> Any:
-    return json.loads(json.dumps(value))
-
-
-def settings_difference(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """`key: old -> new` for every setting that differs (after a JSON round trip)."""
-    old, new = _normalised(old), _normalised(new)
-    keys = sorted(set(old) | set(new))
-
-    def show(value: Any) -> str:
-        text = json.dumps(value)
-        return text if len(text) <= 40 else text[:37] + "..."
-
-    return [f"{key}: {show(old.get(key))} in the folder, {show(new.get(key))} now" for key in keys if old.get(key) != new.get(key)]
-
-
-def read_jsonl(path: Path, what: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]], bool]:
-    """(settings, records, truncated): a JSONL file whose first line is a settings header.
-
-    A last line cut short (a crash while writing) is dropped and reported as `truncated`;
-    any other bad line is an error.
-    """
-    if not path.is_file():
-        return None, [], False
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    records: list[dict[str, Any]] = []
-    truncated = False
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number == len(lines) and not text.endswith("\n"):
-                truncated = True  # the last line, never finished (a crash while writing it)
-                break
-            raise EntMTPError(f"{what} {path}: line {number} is not valid JSON; delete the file to start over") from None
-    if not records:
-        return None, [], truncated
-    head = records[0]
-    if head.get("kind") != "settings" or not isinstance(head.get("settings"), dict):
-        raise EntMTPError(f"{what} {path}: the first line is not a settings header; delete the file to start over")
-    return head["settings"], records[1:], truncated
-
-
-def rewrite_jsonl(path: Path, settings: dict[str, Any], records: Sequence[dict[str, Any]]) -> None:
-    """Write header + records (used to drop a truncated last line before appending)."""
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        for record in [_header(settings), *records]:
-            handle.write(json.dumps(record) + "\n")
-    tmp.replace(path)
-
-
-def append_jsonl(path: Path, record: dict[str, Any]) -> None:
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record) + "\n")
-        handle.flush()
-
-
 def greedy_trajectory(model, tokenizer, prompt_ids: Sequence[int], new_tokens: int) -> tuple[list[int], str]:
     """The target's greedy AR continuation, from the reference engine (stops at EOS)."""
     from entmtp_vllm.engine.reference import ReferenceEngine
@@ -292,26 +232,16 @@ def build_calibration(
     from entmtp_vllm.engine.reference import eos_token_ids
 
     done: dict[str, Trajectory] = {}
+    eos_cached = None
     if path is not None:
-        old, records, truncated = read_jsonl(path, "calibration cache")
-        if old is not None and not any(r.get("kind") == "trajectory" for r in records):
-            old = None  # nothing computed yet: start over with these settings
-        if old is not None:
-            diff = settings_difference(old, settings)
-            if diff:
-                raise EntMTPError(
-                    f"calibration cache {path} was made with other settings ({'; '.join(diff)}); "
-                    "use another --out folder or the same settings"
-                )
-            done = {r["id"]: Trajectory.from_record(r) for r in records if r.get("kind") == "trajectory"}
+        records, truncated = resume_jsonl(path, "calibration cache", settings, "trajectory", CALIBRATION_REFUSAL)
+        done = {r["id"]: Trajectory.from_record(r) for r in records if r.get("kind") == "trajectory"}
+        if not done:  # nothing computed yet: start over with these settings (an eos record too)
+            rewrite_jsonl(path, settings, [])
+        else:
             eos_cached = next((r["eos_ids"] for r in records if r.get("kind") == "eos"), None)
             if truncated:
                 rewrite_jsonl(path, settings, records)
-        else:
-            eos_cached = None
-            rewrite_jsonl(path, settings, [])
-    else:
-        eos_cached = None
 
     missing = [p for p in prompts if p.id not in done]
     eos_ids = None if eos_cached is None else frozenset(eos_cached)

@@ -37,14 +37,8 @@ from typing import Any, Callable
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.tree import LOOKUP, Tree
 
-from tree_search.calibration import (
-    PromptIds,
-    append_jsonl,
-    build_calibration,
-    read_jsonl,
-    rewrite_jsonl,
-    settings_difference,
-)
+from tree_search.calibration import CALIBRATION_REFUSAL, PromptIds, build_calibration
+from tree_search.resumable import append_jsonl, read_jsonl, resume_jsonl, rewrite_jsonl, settings_difference
 from tree_search.scoring import SCORERS, RolloutScore, make_scorer
 
 Path_ = tuple[int, ...]
@@ -178,19 +172,9 @@ def replay(history: Sequence[FrontierStep], max_depth: int, lookup: int = 0) -> 
 
 def open_frontier_log(path: Path, settings: dict[str, Any]) -> list[FrontierStep]:
     """The steps already logged at `path` (empty if none); refuses a log made with other settings."""
-    old, records, truncated = read_jsonl(path, "frontier log")
-    if old is None:
-        rewrite_jsonl(path, settings, [])
-        return []
-    diff = settings_difference(old, settings)
-    if diff and not any(r.get("kind") == "step" for r in records):  # nothing chosen yet: start over
-        rewrite_jsonl(path, settings, [])
-        return []
-    if diff:
-        raise EntMTPError(
-            f"{path} holds a search with other settings ({'; '.join(diff)}): use another --out folder, "
-            "or the same settings to resume it"
-        )
+    records, truncated = resume_jsonl(path, "frontier log", settings, "step",
+                                      "{path} holds a search with other settings ({diff}): use another --out folder, "
+                                      "or the same settings to resume it")
     steps = [FrontierStep.from_record(r) for r in records if r.get("kind") == "step"]
     if truncated:  # drop the unfinished last line before appending after it
         rewrite_jsonl(path, settings, [s.as_record() for s in steps])
@@ -451,10 +435,8 @@ def run_frontier(config: FrontierConfig, resources: Resources | None = None, pro
         cached, records = None, []  # nothing computed yet: `build_calibration` starts it over
         cal_path.unlink()
     if cached is not None and settings_difference(cached, cal_settings):
-        raise EntMTPError(
-            f"calibration cache {cal_path} was made with other settings "
-            f"({'; '.join(settings_difference(cached, cal_settings))}); use another --out folder or the same settings"
-        )
+        diff = "; ".join(settings_difference(cached, cal_settings))
+        raise EntMTPError(CALIBRATION_REFUSAL.format(path=cal_path, diff=diff))
     done_ids = {r["id"] for r in records if r.get("kind") == "trajectory"}
     if all(p.id in done_ids for p in prompts) and any(r.get("kind") == "eos" for r in records):
         todo = [PromptIds(p.id, p.dataset, []) for p in prompts]  # all cached: no tokenizer needed

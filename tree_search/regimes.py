@@ -257,7 +257,7 @@ def replay_records(folder: Path, settings: dict[str, Any], calibration, name: st
     from entmtp_vllm.lookup import LookupConfig, PromptLookup
 
     from tree_search.calibrate import CALIBRATE_DIR, FEATURES_FILE, build_features, feature_settings, replay
-    from tree_search.calibration import read_jsonl, settings_difference
+    from tree_search.resumable import read_jsonl, settings_difference
 
     wanted = feature_settings(folder, settings, calibration)
     cache = folder / CALIBRATE_DIR / FEATURES_FILE
@@ -359,7 +359,8 @@ def run_regimes(config: RegimesConfig, progress: bool = True, log: Callable[[str
     from entmtp_vllm.lookup import LookupConfig, PromptLookup
     from entmtp_vllm.topology import TopologyBank
 
-    from tree_search.calibration import append_jsonl, load_calibration, read_jsonl, rewrite_jsonl, settings_difference
+    from tree_search.calibration import load_calibration
+    from tree_search.resumable import append_jsonl, resume_jsonl, rewrite_jsonl
     from tree_search.debias import _raw_setting, read_frontier
     from tree_search.frontier import CALIBRATION_LOG, Resources
 
@@ -378,19 +379,11 @@ def run_regimes(config: RegimesConfig, progress: bool = True, log: Callable[[str
                     "dtype": dtype, "max_tokens": max_tokens, "prompt_ids": [t.id for t in trajectories],
                     "lookup": config.lookup, "source": config.source}
     path = out / STEPS_FILE
-    old, records, truncated = read_jsonl(path, "step records")
-    done: dict[str, dict[str, Any]] = {}
-    if old is not None and settings_difference(old, run_settings):
-        if any(r.get("kind") == "generation" for r in records):
-            raise EntMTPError(f"{path} holds records made with other settings "
-                              f"({'; '.join(settings_difference(old, run_settings))}); use another --out")
-        old = None
-    if old is None:
-        rewrite_jsonl(path, run_settings, [])
-    else:
-        done = {r["id"]: r for r in records if r.get("kind") == "generation"}
-        if truncated:
-            rewrite_jsonl(path, run_settings, list(done.values()))
+    records, truncated = resume_jsonl(path, "step records", run_settings, "generation",
+                                      "{path} holds records made with other settings ({diff}); use another --out")
+    done: dict[str, dict[str, Any]] = {r["id"]: r for r in records if r.get("kind") == "generation"}
+    if truncated:
+        rewrite_jsonl(path, run_settings, list(done.values()))
     missing = [t for t in trajectories if t.id not in done]
     collect_started = time.perf_counter()
     engine_check = None

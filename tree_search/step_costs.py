@@ -4,7 +4,7 @@ calibrate predicts a policy's tok/s as tokens / (prefill + Σ step cost of the t
 step). On a small model the trees of a bank differ by a few milliseconds per step, about as much
 as timings drift on a shared CPU, where slow spells last seconds. So the costs come from one run in
 which each tree has its own engine (a static policy) and the engines decode every prompt in turns,
-one step each (`bench.offline.decode_in_turns`): all trees meet the same machine load within a
+one step each (`bench.timing.decode_in_turns`): all trees meet the same machine load within a
 fraction of a second, each at the context lengths it reaches itself.
 
 A step's cost is its `StepRecord.time_s` (features, policy, draft, verify, accept, KV compaction),
@@ -37,7 +37,7 @@ def probe_step_costs(bench_cfg, trees: Sequence[tuple[str, Tree]], progress: boo
     import torch
     from tqdm import tqdm
 
-    from entmtp_vllm.bench.offline import bench_prompts, decode_in_turns, encode_prompts, turn_order
+    from entmtp_vllm.bench.timing import bench_prompts, decode_in_turns, encode_prompts, turn_order
     from entmtp_vllm.config import SamplingParams
     from entmtp_vllm.engine.loading import load_drafter, load_target
     from entmtp_vllm.engine.reference import ReferenceEngine

@@ -24,8 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from entmtp_vllm.bench.offline import parse_methods, turns_text
+from entmtp_vllm.bench.offline import parse_methods
 from entmtp_vllm.bench.paired import paired_speed, paired_text
+from entmtp_vllm.bench.timing import turns_text
 from entmtp_vllm.tree import Tree
 from tree_search.calibrate import policy_string
 

@@ -239,7 +239,7 @@ def throughput_bank(results: dict[str, Any], bank_path: Path) -> BankFile:
 
 
 def throughput_markdown(results: dict[str, Any]) -> str:
-    from entmtp_vllm.bench.offline import turns_text
+    from entmtp_vllm.bench.timing import turns_text
 
     settings, machine = results["settings"], results["machine"]
     ar = results["ar"]

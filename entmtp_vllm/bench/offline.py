@@ -20,7 +20,9 @@ decode the same tokens; any that do not are counted). Reported per method:
 - × baseline (AR unless `baseline` names another method): the tok/s ratio over the same
   prompts with its 95% bootstrap interval (`bench.paired`).
 
-`run_offline` returns a JSON-ready dict; `markdown_report` and `write_report` render it.
+`run_offline` returns a JSON-ready dict; `markdown_report` and `write_report` render it. The
+prompts and the turns (`decode_in_turns`, `turn_order`) come from `bench.timing`, which
+tree_search's step-cost probe shares.
 """
 
 from __future__ import annotations
@@ -30,13 +32,13 @@ import os
 import platform
 import re
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from entmtp_vllm.bench.paired import paired_speed, paired_text
+from entmtp_vllm.bench.timing import bench_prompts, decode_in_turns, encode_prompts, turn_order, turns_text
 from entmtp_vllm.errors import EntMTPError
 
 INTERLEAVE_MODES = ("prompt", "step")
@@ -201,57 +203,6 @@ def _build_engines(config: OfflineBenchConfig, model, tokenizer):
         kind = "medusa" if method.kind == "medusa" else "hydra"
         engines[method.label] = ReferenceEngine(model, tokenizer, drafter(kind).fork(), bank, policy)
     return engines
-
-
-def turns_text(config: dict[str, Any]) -> str:
-    """How the methods of a run (its JSON `config`) took turns, in words; runs made before
-    `interleave` existed took turns prompt by prompt."""
-    return "step by step" if config.get("interleave", "prompt") == "step" else "prompt by prompt"
-
-
-def turn_order(labels: list[str], index: int) -> list[str]:
-    """The order in which the methods take turns on prompt `index`: rotated by one per prompt,
-    so that no method always goes first."""
-    shift = index % len(labels)
-    return labels[shift:] + labels[:shift]
-
-
-def decode_in_turns(decoders: dict[str, Iterator]) -> dict[str, Any]:
-    """Advance every `ReferenceEngine.decode` generator one step per turn, in the dict's order,
-    until each has yielded its `Generation`; returns them by key. Each generation times only
-    its own steps, so all of them meet the same machine load, within a turn of each other."""
-    running = dict(decoders)
-    done: dict[str, Any] = {}
-    while running:
-        for key in list(running):
-            item = next(running[key])
-            if item is not None:  # the Generation: this one is finished
-                done[key] = item
-                del running[key]
-    return done
-
-
-def bench_prompts(config: OfflineBenchConfig) -> list:
-    """The run's prompts (`prompts.Prompt`), every data set in turn."""
-    from entmtp_vllm.prompts import load_prompts
-
-    prompts = []
-    for dataset in config.datasets:
-        prompts.extend(
-            load_prompts(dataset, config.num_prompts, config.seed, config.split, config.category, config.data_path)
-        )
-    return prompts
-
-
-def encode_prompts(config: OfflineBenchConfig, tokenizer, prompts: list) -> list[list[int]]:
-    """Token ids of each prompt: the chat template applied, unless `config.raw`."""
-    from entmtp_vllm.prompts import chat_text
-
-    encoded = []
-    for prompt in prompts:
-        text = prompt.text if config.raw else chat_text(tokenizer, prompt.text)
-        encoded.append(tokenizer(text, add_special_tokens=config.raw)["input_ids"])
-    return encoded
 
 
 def run_offline(config: OfflineBenchConfig, progress: bool = True, log=print) -> dict[str, Any]:

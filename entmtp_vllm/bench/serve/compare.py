@@ -1,0 +1,96 @@
+"""A comparison run end to end (`run_compare`): every method's server started in turn, measured
+at every concurrency level and stopped, in rounds whose server order rotates (`round_order`)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from entmtp_vllm.bench.serve.client import _bench_async, load_prompt_texts
+from entmtp_vllm.bench.serve.config import CompareConfig, ServeBenchConfig
+from entmtp_vllm.bench.serve.report import _out_dir
+from entmtp_vllm.bench.serve.servers import ServerProcess, _entmtp_command, free_port, server_commands
+from entmtp_vllm.bench.serve.statistics import compare_table, median_runs, round_ratios
+from entmtp_vllm.serve_command import ServeCommand
+
+
+def round_order(methods: list[str], round_index: int) -> list[str]:
+    """The servers of round `round_index` (0-based): `methods` rotated left by that many places."""
+    shift = round_index % len(methods)
+    return methods[shift:] + methods[:shift]
+
+
+def run_compare(config: CompareConfig, progress: bool = True, log=print) -> dict[str, Any]:
+    """Start each method's server in turn, run every level against it, stop it; compare.
+    With `config.rounds` > 1 all of that is repeated, the order rotated each round."""
+    from entmtp_vllm.model_store import resolve_model
+
+    prompts = load_prompt_texts(config)  # fail on bad prompt options before any server starts
+    model = resolve_model(config.model)
+    out = _out_dir(config.out) if config.out else Path(tempfile.mkdtemp(prefix="entmtp-compare-"))
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    # EntMTP settings errors before any server starts; one command (one KV cache size) for all
+    entmtp = _entmtp_command(config, model)
+    for note in entmtp.notes:
+        log(f"every server: {note}")
+    rounds: list[dict[str, Any]] = []
+    for round_index in range(config.rounds):
+        order = round_order(list(config.methods), round_index)
+        runs: dict[str, dict[str, Any]] = {}
+        for method in order:
+            if config.rounds > 1:
+                log(f"round {round_index + 1}/{config.rounds}: {method}")
+            runs[method] = _measure_server(config, entmtp, method, prompts, out, progress, log, round_index)
+        # the table keeps the configured method order whatever the round's order
+        runs = {method: runs[method] for method in config.methods}
+        rounds.append({"order": order, "runs": runs, "table": compare_table(runs)})
+    runs = rounds[0]["runs"] if config.rounds == 1 else median_runs([entry["runs"] for entry in rounds])
+    results = {
+        "benchmark": "serve-compare",
+        "config": config.model_dump(),
+        "model": model,
+        "num_prompts": len(prompts),
+        "date": started,
+        "runs": runs,
+        "table": compare_table(runs),
+    }
+    if config.rounds > 1:
+        results["rounds"] = rounds
+        results["round_ratios"] = round_ratios(rounds)
+    results["config"]["out"] = str(out)
+    return results
+
+
+def _measure_server(
+    config: CompareConfig, entmtp: ServeCommand, method: str, prompts: list[str], out: Path, progress: bool, log,
+    round_index: int,
+) -> dict[str, Any]:
+    """Start `method`'s server, run every level against it, stop it."""
+    port = free_port(config.host)
+    built = server_commands(config, entmtp, config.host, port)[method]
+    command = built.argv
+    base_url = f"http://{config.host}:{port}/v1"
+    metrics_dir = tempfile.mkdtemp(prefix=f"entmtp-prometheus-{method}-")
+    env = {**os.environ, **built.env, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}
+    suffix = f"-r{round_index + 1}" if config.rounds > 1 else ""
+    log_path = out / f"server-{method}{suffix}.log"
+    log(f"[{method}] starting: {built.shell()}  (log: {log_path})")
+    t0 = time.monotonic()
+    server = ServerProcess(command, log_path, base_url, env=env, name=method)
+    try:
+        server.wait_healthy(config.health_timeout)
+        log(f"[{method}] healthy after {time.monotonic() - t0:.0f} s")
+        bench_config = ServeBenchConfig(**{
+            key: getattr(config, key) for key in ServeBenchConfig.model_fields if key not in ("base_url", "model")
+        }, base_url=base_url, model=None)
+        found = asyncio.run(_bench_async(bench_config, prompts, progress, label=method))
+        return {"command": command, "env": built.env, "log": str(log_path), "levels": found["levels"], "served_model": found["model"]}
+    finally:
+        server.stop()
+        shutil.rmtree(metrics_dir, ignore_errors=True)

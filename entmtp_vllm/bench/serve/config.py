@@ -1,0 +1,205 @@
+"""What a serving benchmark run is: its settings (`ServeBenchConfig`, `CompareConfig`), checked
+with one-line errors naming the command-line flag (`make_config`, `parse_int_list`)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from entmtp_vllm.errors import EntMTPError
+
+DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
+DEFAULT_CONCURRENCY = (1, 4, 16)
+COMPARE_METHODS = ("vllm", "ngram", "entmtp")
+BASELINE = "vllm"
+"""The method every ratio of a comparison is taken against (no speculation)."""
+
+# Which command-line flag each config field comes from (for one-line errors).
+_FLAGS = {
+    "concurrency": "--concurrency",
+    "num_prompts": "--num-prompts",
+    "max_tokens": "--max-tokens",
+    "temperature": "--temperature",
+    "duration": "--duration",
+    "request_timeout": "--request-timeout",
+    "warmup": "--warmup",
+    "health_timeout": "--health-timeout",
+    "datasets": "--dataset",
+    "base_url": "--base-url",
+    "methods": "--methods",
+    "num_speculative_tokens": "--num-speculative-tokens",
+}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(use_attribute_docstrings=True, extra="forbid")
+
+
+class ServeBenchConfig(_Model):
+    """One load test against one OpenAI-compatible server."""
+
+    base_url: str = DEFAULT_BASE_URL
+    """The server's OpenAI API root (ends in `/v1`); `/metrics` is looked up beside it (the URL
+    without `/v1`)."""
+
+    model: str | None = None
+    """Model name sent with each request; None: the first model the server lists at `/v1/models`."""
+
+    datasets: list[str] = Field(default_factory=lambda: ["mt_bench"], min_length=1)
+    """Prompt sets (`entmtp data list`); the prompts of all of them are used, in order."""
+
+    num_prompts: int | None = Field(default=32, ge=1)
+    """Prompts per set (None: all of them)."""
+
+    seed: int = 123
+    """Subsampling seed of the prompt sets."""
+
+    split: str = "all"
+    """Stable split of the prompt sets (all, train, calib, test)."""
+
+    category: str | None = None
+    """Keep one category (mt_bench, spec_bench)."""
+
+    data_path: str | None = None
+    """Local JSONL file of the prompt set (gsm8k, spec_bench)."""
+
+    concurrency: list[int] = Field(default_factory=lambda: list(DEFAULT_CONCURRENCY), min_length=1)
+    """Concurrency levels: requests in flight at once; the levels run one after another."""
+
+    max_tokens: int = Field(default=128, ge=1)
+    """Maximum new tokens per request."""
+
+    temperature: float = Field(default=0.0, ge=0.0)
+    """Sampling temperature sent with each request (0: greedy)."""
+
+    ignore_eos: bool = False
+    """Ask the server to generate `max_tokens` tokens whatever the model says (vLLM's
+    `ignore_eos` extra parameter; other servers may refuse it)."""
+
+    duration: float | None = Field(default=None, gt=0)
+    """Seconds per level: keep sending prompts cyclically until then (a soak test); None: each
+    prompt once per level."""
+
+    chat: bool = True
+    """Chat completions (the server applies the chat template); False: plain completions with
+    the prompt text as is."""
+
+    warmup: int = Field(default=1, ge=0)
+    """Requests sent (and left out of every number) before the first level."""
+
+    request_timeout: float = Field(default=600.0, gt=0)
+    """Seconds a request may take before it counts as failed."""
+
+
+class CompareConfig(ServeBenchConfig):
+    """A comparison: the same load test against servers this tool starts, one after another."""
+
+    model: str | None = None
+    """Model folder or hub id every server serves; None: the embedded SmolLM2."""
+
+    methods: list[Literal["vllm", "ngram", "entmtp"]] = Field(
+        default_factory=lambda: list(COMPARE_METHODS), min_length=1
+    )
+    """Servers to run, in this order: `vllm` (no speculation, the ratios' baseline), `ngram`
+    (vLLM's prompt lookup), `entmtp`."""
+
+    server_args: list[str] = Field(default_factory=list)
+    """Extra `vllm serve` arguments for every server (e.g. `--dtype float32 --max-model-len 2048`)."""
+
+    eager: bool = True
+    """On CPU, pass `--enforce-eager` to every server (as `entmtp serve` does by default)."""
+
+    in_process: bool = False
+    """Run every server's engine core and worker inside its API server process
+    (`ServeOptions.in_process`; `entmtp serve --in-process`). Off: vLLM's own process layout."""
+
+    health_timeout: float = Field(default=600.0, gt=0)
+    """Seconds a server may take to answer `/health` before the comparison fails."""
+
+    host: str = "127.0.0.1"
+    """Address the servers listen on (each on a free port)."""
+
+    ngram_num_speculative_tokens: int = Field(default=4, ge=1)
+    """`ngram`: draft tokens per step."""
+
+    ngram_prompt_lookup_max: int = Field(default=4, ge=1)
+    """`ngram`: longest n-gram matched in the context."""
+
+    ngram_prompt_lookup_min: int = Field(default=2, ge=1)
+    """`ngram`: shortest n-gram matched in the context."""
+
+    heads: str | None = None
+    """`entmtp`: heads folder (None: the shipped Hydra heads)."""
+
+    bank: str | None = None
+    """`entmtp`: bank file, choices JSON or tree shape (None: `entmtp serve`'s default)."""
+
+    tree: str | None = None
+    """`entmtp`: keep only this tree of the bank."""
+
+    policy: str | None = None
+    """`entmtp`: policy string (None: the bank's own)."""
+
+    acceptance: Literal["greedy", "typical", "lossless"] | None = None
+    """`entmtp`: acceptance rule for sampled requests (None: the plugin's default)."""
+
+    num_speculative_tokens: int | None = Field(default=None, ge=1)
+    """`entmtp`: vLLM's draft budget (None: the largest tree's nodes minus the root)."""
+
+    entmtp_config: str | None = None
+    """`entmtp`: further EntMTP settings as a JSON object (`entmtp serve --config`)."""
+
+    rounds: int = Field(default=1, ge=1)
+    """Times every server is started and measured. Round r runs the methods rotated by r - 1
+    places (vllm, ngram, entmtp; then ngram, entmtp, vllm; ...), so that no server always runs
+    first or last. With more than one round the main table shows, per method and level, the
+    round with the median output tok/s, and a second table lists every round."""
+
+    out: str | None = None
+    """Folder for the server logs (None: a temporary folder, kept)."""
+
+
+def make_config(cls: type[ServeBenchConfig], **values: Any) -> ServeBenchConfig:
+    """`cls(**values)`, with validation problems as one-line `EntMTPError`s naming the flag."""
+    try:
+        config = cls(**values)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        field_name = str(first["loc"][0]) if first["loc"] else "config"
+        where = _FLAGS.get(field_name, "--" + field_name.replace("_", "-"))
+        value = values.get(field_name)
+        problem = first["msg"]
+        if field_name in ("concurrency", "datasets", "methods") and isinstance(value, list) and not value:
+            problem = "needs at least one value"
+        raise EntMTPError(f"{where}: {problem} (got {value!r})") from None
+    for level in config.concurrency:
+        if level < 1:
+            raise EntMTPError(f"--concurrency: every level must be at least 1 (got {level})")
+    if len(set(config.concurrency)) != len(config.concurrency):
+        raise EntMTPError(f"--concurrency lists a level twice: {config.concurrency}")
+    if isinstance(config, CompareConfig):
+        if len(set(config.methods)) != len(config.methods):
+            raise EntMTPError(f"--methods lists a server twice: {config.methods}")
+        if config.ngram_prompt_lookup_min > config.ngram_prompt_lookup_max:
+            raise EntMTPError("ngram prompt_lookup_min must not exceed prompt_lookup_max")
+    return config
+
+
+def parse_int_list(text: str, flag: str = "--concurrency") -> list[int]:
+    """`"1,4,16"` → `[1, 4, 16]`; empty lists, non-integers and values below 1 are errors."""
+    parts = [part.strip() for part in str(text).split(",")]
+    if not any(parts):
+        raise EntMTPError(f"{flag} needs at least one value, e.g. {flag} 1,4,16")
+    values = []
+    for part in parts:
+        if not part:
+            raise EntMTPError(f"{flag}: empty value in {text!r}; write e.g. 1,4,16")
+        try:
+            value = int(part)
+        except ValueError:
+            raise EntMTPError(f"{flag}: {part!r} is not an integer") from None
+        if value < 1:
+            raise EntMTPError(f"{flag}: every value must be at least 1 (got {value})")
+        values.append(value)
+    return values

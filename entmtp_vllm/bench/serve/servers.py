@@ -1,0 +1,154 @@
+"""The servers of a comparison: each method's `vllm serve` command line, all built on `entmtp
+serve`'s command builder (`server_commands`), and a server run as a subprocess in its own
+process group (`ServerProcess`: wait for `/health`, stop the whole group)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from entmtp_vllm.bench.serve.client import server_root
+from entmtp_vllm.bench.serve.config import CompareConfig
+from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.serve_command import ServeCommand, ServeOptions, build_serve_command
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class ServerProcess:
+    """A server started as a subprocess in its own process group, its output in a log file.
+
+    `wait_healthy()` polls `/health`; `stop()` sends SIGINT, waits, then kills the group."""
+
+    def __init__(self, command: list[str], log_path: Path, base_url: str, env: dict[str, str] | None = None, name: str = "server"):
+        self.command = command
+        self.log_path = Path(log_path)
+        self.base_url = base_url
+        self.name = name
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "wb")
+        self._log.write(("$ " + shlex.join(command) + "\n").encode())
+        self._log.flush()
+        self.process = subprocess.Popen(
+            command, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env, start_new_session=True,
+        )
+
+    def _died(self, what: str) -> EntMTPError:
+        return EntMTPError(
+            f"{self.name} server {what}; its log is {self.log_path}. Last lines:\n{log_tail(self.log_path)}"
+        )
+
+    def wait_healthy(self, timeout: float = 600.0, poll: float = 1.0) -> None:
+        import httpx
+
+        url = server_root(self.base_url) + "/health"
+        deadline = time.monotonic() + timeout
+        while True:
+            code = self.process.poll()
+            if code is not None:
+                raise self._died(f"exited with status {code} before answering {url}")
+            try:
+                if httpx.get(url, timeout=5.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise self._died(f"did not answer {url} within {timeout:g} s (stopped)")
+            time.sleep(poll)
+
+    def stop(self, grace: float = 30.0) -> int | None:
+        """SIGINT, up to `grace` seconds to exit, then SIGKILL to the whole process group."""
+        process = self.process
+        if process.poll() is None:
+            try:
+                process.send_signal(signal.SIGINT)
+                process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+            except ProcessLookupError:
+                pass
+        try:  # children (the engine core, its workers) left behind
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        if not self._log.closed:
+            self._log.close()
+        return process.returncode
+
+    def __enter__(self) -> "ServerProcess":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _entmtp_command(config: CompareConfig, model: str) -> ServeCommand:
+    """`vllm serve` with EntMTP, built by `entmtp serve`'s own command builder."""
+    return build_serve_command(
+        ServeOptions(
+            model=model, heads=config.heads, bank=config.bank, tree=config.tree, policy=config.policy,
+            acceptance=config.acceptance, config=config.entmtp_config,
+            num_speculative_tokens=config.num_speculative_tokens, eager=config.eager,
+            in_process=config.in_process, vllm_args=list(config.server_args),
+        )
+    )
+
+
+def _strip_option(command: list[str], option: str) -> list[str]:
+    out, skip = [], False
+    for part in command:
+        if skip:
+            skip = False
+            continue
+        if part == option:
+            skip = True
+            continue
+        if part.startswith(option + "="):
+            continue
+        out.append(part)
+    return out
+
+
+def server_commands(config: CompareConfig, entmtp: ServeCommand, host: str, port: int) -> dict[str, ServeCommand]:
+    """The command line of each method's server. All share one base (the EntMTP command
+    without its speculation options), so model, dtype, eager, KV cache size, process layout and
+    extra arguments are identical."""
+    plain = _strip_option(_strip_option(entmtp.argv, "--speculative-config"), "--additional-config")
+    ngram = plain + [
+        "--speculative-config",
+        json.dumps(
+            {
+                "method": "ngram",
+                "num_speculative_tokens": config.ngram_num_speculative_tokens,
+                "prompt_lookup_max": config.ngram_prompt_lookup_max,
+                "prompt_lookup_min": config.ngram_prompt_lookup_min,
+            }
+        ),
+    ]
+    where = ["--host", host, "--port", str(port)]
+    commands = {"vllm": plain + where, "ngram": ngram + where, "entmtp": entmtp.argv + where}
+    return {method: ServeCommand(commands[method], dict(entmtp.env), list(entmtp.notes)) for method in config.methods}
