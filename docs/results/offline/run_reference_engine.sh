@@ -1,16 +1,18 @@
 #!/bin/bash
-# Reference-engine measurements (docs/results/reference_engine.md). Run from the repository root:
-#   nohup bash docs/results/run_reference_engine.sh > docs/results/run_reference_engine.log 2>&1 &
+# Reference-engine measurements (docs/results/README.md). Run from the repository root:
+#   nohup bash docs/results/offline/run_reference_engine.sh > docs/results/offline/run_reference_engine.log 2>&1 &
+# (a) writes to docs/results/correctness/, (b) and (c) to docs/results/offline/.
 # Waits for the shipped heads, then runs (a) greedy equality, (c) small trees vs AR (timing), (b) tau with mc_sim_7b_63.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 ENT=.venv/bin/entmtp
 export OMP_NUM_THREADS=1
 HYDRA=entmtp_vllm/assets/heads/smollm2-135m-hydra
 MEDUSA=entmtp_vllm/assets/heads/smollm2-135m-medusa
 TREES=/work/shared/data/trees/medusa_hydra_trees.json
-OUT=docs/results
-STAGES=${STAGES:-"a b c"}  # e.g. STAGES="c b" bash docs/results/run_reference_engine.sh
+OUT=docs/results/offline
+CORRECT=docs/results/correctness
+STAGES=${STAGES:-"a b c"}  # e.g. STAGES="c b" bash docs/results/offline/run_reference_engine.sh
 
 wait_for() { until [ -f "$1/heads.json" ] && [ -f "$1/heads.safetensors" ]; do sleep 60; done; sleep 10; }
 
@@ -18,8 +20,8 @@ if [[ " $STAGES " == *" a "* ]]; then
   wait_for $HYDRA
   echo "(a) greedy equality, fp32: $(date)"
   $ENT bench offline --dataset mt_bench,gsm8k,humaneval --split test -n 10 --max-tokens 128 --dtype float32 \
-    --methods "tree:full:2,2,1,bank:$OUT/switching_check_bank.json,tree:$TREES#mc_sim_7b_63" \
-    --check-equal --no-progress --out $OUT/a_greedy_equality_fp32
+    --methods "tree:full:2,2,1,bank:$CORRECT/switching_check_bank.json,tree:$TREES#mc_sim_7b_63" \
+    --check-equal --no-progress --out $CORRECT/a_greedy_equality_fp32
   echo "(a) exit $?: $(date)"
 fi
 

@@ -1,14 +1,15 @@
 #!/bin/bash
 # Hybrid trees (prompt lookup + Hydra heads) vs lookup alone, Hydra alone and AR, reference engine.
 # Run from the repository root (one torch thread; an otherwise idle machine for the timings):
-#   nohup bash docs/results/run_hybrid.sh > docs/results/run_hybrid.log 2>&1 &
+#   nohup bash docs/results/offline/run_hybrid.sh > docs/results/offline/run_hybrid.log 2>&1 &
 # (d1) greedy, bf16, held-out MT-bench + ShareGPT prompts; (d2) T=0.7 typical; (d3) T=0.7 lossless;
 # (d4) the shipped default bank vs AR on the d1 prompts; (d5) T=0.7 typical again on twice the
 # prompts, with the hybrid tree a superset of the lookup chain (lookup:4+chain:1) and the default bank.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 ENT=.venv/bin/entmtp
-OUT=docs/results
+OUT=docs/results/offline
+ARCHIVE=docs/results/archive  # d2, superseded by d5
 HYDRA=${HYDRA:-"tree:chain:1,tree:full:2,1"}
 LOOKUP=${LOOKUP:-"tree:lookup:4"}
 HYBRID=${HYBRID:-"tree:lookup:3+chain:1,tree:lookup:4+full:2,1"}
@@ -25,7 +26,7 @@ for mode in typical lossless; do
   if [[ " $STAGES " == *" $stage "* ]]; then
     echo "($stage) T=0.7 $mode: $(date)"
     $ENT bench offline $COMMON -n 6 --temperature 0.7 --acceptance $mode \
-      --methods "${HYDRA%%,*},$LOOKUP,${HYBRID%%,*}" --out $OUT/${stage}_hybrid_t07_${mode}_bf16
+      --methods "${HYDRA%%,*},$LOOKUP,${HYBRID%%,*}" --out $([ $stage = d2 ] && echo $ARCHIVE || echo $OUT)/${stage}_hybrid_t07_${mode}_bf16
     echo "($stage) exit $?: $(date)"
   fi
 done

@@ -4,7 +4,7 @@
 # code), each serving with exactly the same raw `vllm serve` arguments; rounds alternate
 # before/after/after/before/... so drift on the machine hits both. Client: `entmtp bench serve`
 # (the after checkout's), MT-bench test split.
-#   BEFORE_REPO=/tmp/ci AFTER_REPO=/work/main bash docs/results/serve_runner_layer_before_after_bf16/run.sh
+#   BEFORE_REPO=/tmp/ci AFTER_REPO=/work/main bash docs/results/serving/serve_runner_layer_before_after_bf16/run.sh
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROUNDS="${ROUNDS:-4}"

@@ -1,9 +1,9 @@
 #!/bin/bash
 # Soak: `entmtp serve` with its defaults under 16 concurrent streaming clients for 5 minutes
 # (MT-bench + ShareGPT prompts, 64 tokens, greedy); the report counts failed requests.
-#   bash docs/results/run_soak.sh OUT_FOLDER > OUT_FOLDER.log 2>&1
+#   bash docs/results/soaks/run_soak.sh OUT_FOLDER > OUT_FOLDER.log 2>&1
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 OUT=${1:?usage: run_soak.sh OUT_FOLDER}
 PORT=${PORT:-8011}
 mkdir -p "$OUT"
