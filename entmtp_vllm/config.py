@@ -19,7 +19,7 @@ DEFAULT_BANK = str(BANKS_DIR / "smollm2-135m-lookup-switch.json")
 """The trees the reference engine uses when no tree or bank is given (`entmtp generate`,
 `entmtp bench offline`): Hydra head 1 (one draft) on new text, a 5-token prompt-lookup
 chain while the output loops (hysteresis on the lookup match length). Measured best of the
-banks and static trees tried (docs/results/hybrid_sweep_calib: 1.74x AR in bf16 on one CPU
+banks and static trees tried (docs/results/offline/hybrid_sweep_calib: 1.74x AR in bf16 on one CPU
 thread; the best Hydra-only tree, chain:1, 1.27x). Model-agnostic in shape, but its
 thresholds were picked on SmolLM2."""
 

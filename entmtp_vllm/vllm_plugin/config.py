@@ -84,7 +84,8 @@ prompts x 128 tokens, all submitted, `max_num_seqs` = concurrency):
   own ngram (lookup 2-4, 4 tokens) 163.7. Drafting the bank's full 5-token lookup chain on any
   match cost 23% (130 vs 169 in an earlier run).
 - concurrency 16 (24 + 24 prompts, second round): 225.6 vs 222.0-224.9 without speculation.
-Served (`entmtp bench serve --compare`, 46 MT-bench test prompts, docs/results g11-g15): 1.017x
+Served (`entmtp bench serve --compare`, 46 MT-bench test prompts, docs/results/archive g11,
+g13-g15 and docs/results/serving g12): 1.017x
 no speculation at concurrency 8 (the previous rule: 0.996x), 1.055x and 0.994x in two runs with
 vLLM's uniproc executor for every server; 0.93-0.94x at 16 with either rule: there the served
 engine pays vLLM's spec-decode step without async scheduling whether or not anything is drafted.
