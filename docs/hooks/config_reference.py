@@ -31,12 +31,13 @@ def _sections():
             "vLLM plugin: `--additional-config '{\"entmtp\": {...}}'`",
             "Every setting of the served proposer, also passed by `entmtp serve --config JSON` and "
             "`entmtp bench serve --entmtp-config JSON` (module `entmtp_vllm.vllm_plugin.config`).",
-            [plugin.EntMTPConfig, plugin.BatchFallback, core.TypicalConfig, LookupConfig],
+            [plugin.EntMTPConfig, core.StepBudgetConfig, core.StepCostPrior, plugin.BatchFallback, core.TypicalConfig,
+             LookupConfig],
         ),
         (
             "Defaults of the library and the front door",
             "The models in `entmtp_vllm/config.py`, where every default of EntMTP is defined once "
-            "(`TypicalConfig` is listed above).",
+            "(`TypicalConfig`, `StepBudgetConfig` and `StepCostPrior` are listed above).",
             [core.SamplingParams, core.FeatureConfig, core.EmbeddedModel, core.KVCacheSizing],
         ),
     ]

@@ -315,10 +315,11 @@ class EntMTPProposer:
         chosen: set[int] = set()
         shapes: set[str] = set()
         for i, index, buffers, draft, n in zip(live, indices, trees, drafts, kept):
-            self._count("budget_cut_nodes", buffers.num_nodes - 1 - n)
             shapes.add("none" if n == 0 else "chain" if n <= chain_nodes(buffers.parents.tolist()) else "tree")
+            if self.budget is not None:
+                self._count("budget_cut_nodes", buffers.num_nodes - 1 - n)
+                self._count("budget_empty", int(n == 0))
             if n == 0:
-                self._count("budget_empty")
                 continue
             tokens = draft.tokens[: n + 1].to("cpu", torch.long)
             proposals[i] = Proposal(index, tokens, tokens[1:].tolist(), len(buffers.lookup_nodes), draft.token_probs[: n + 1])

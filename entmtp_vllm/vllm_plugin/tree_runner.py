@@ -19,7 +19,8 @@ One decode step, top to bottom (line numbers of vLLM 0.32.0, `v1/worker/gpu_mode
    each request's last accepted node and the verifier's p0 / entropy there; keeps the returned
    proposals for step 2 of the next step and gives vLLM their drafts.
 
-Every step is timed from `execute_model` to the end of `sample_tokens` (the drafting included):
+Every step is timed from `execute_model` to the end of `sample_tokens` (the drafting included),
+plus the gap since the previous step when steps run back to back (the engine's scheduling):
 decode-only steps feed the proposer's step-cost model (`step_cost.py`, which the step budget
 reads), and the time of EntMTP's own phases (plan, verify, compact, draft) is counted beside it.
 
@@ -157,6 +158,8 @@ class TreeRunnerMixin:
         self._entmtp_warned: set[str] = set()
         self._entmtp_started: float | None = None
         """When the step being run entered `execute_model` (perf_counter seconds)."""
+        self._entmtp_last_end = float("-inf")
+        """When the previous timed step ended."""
         self._entmtp_shape: tuple[int, int, int] | None = None
         """(requests, rows, tree rows) of the step being run when it is decode-only."""
 
@@ -196,7 +199,15 @@ class TreeRunnerMixin:
         output = super().sample_tokens(grammar_output)
         started, self._entmtp_started = self._entmtp_started, None
         if started is not None:
-            seconds = time.perf_counter() - started
+            ended = time.perf_counter()
+            seconds = ended - started
+            # Back-to-back steps: the time since the previous step ended (the engine core's
+            # scheduling, the round trip to this worker) is part of what a step costs; a longer
+            # gap is an idle server, not cost.
+            gap = started - self._entmtp_last_end
+            if 0.0 <= gap < seconds:
+                seconds += gap
+            self._entmtp_last_end = ended
             self._entmtp.record_step_time(seconds, self._entmtp_shape)
         return output
 

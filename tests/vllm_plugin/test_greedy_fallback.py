@@ -26,6 +26,8 @@ def test_fallback_under_load_keeps_greedy_output(llm, chat_prompts, reference_id
     assert_all_equal(got, reference_ids)
     counters = stats(llm)
     assert counters["fallback_steps"] > 0, counters
-    # under load only the lookup chain is drafted, and some of it is accepted
-    assert counters["tree_usage"].get("loop", 0) >= counters["fallback_steps"], counters
+    # under load only the lookup chain is drafted (by the requests with a long enough match),
+    # and some of it is accepted
+    assert set(counters["tree_usage"]) == {"loop"}, counters
+    assert 0 < counters["tree_usage"]["loop"] <= counters["fallback_steps"], counters
     assert 0 < counters["lookup_accepted"] <= counters["lookup_proposed"], counters

@@ -41,7 +41,7 @@ def reference_samples(request, model_path, prompt):
 def llm(model_path, reference_ids, reference_samples):
     _oracle.TABLE = _oracle.bigram_table(reference_ids + reference_samples)
     engine = make_llm(
-        model_path, {"bank": "full:2,2,1", "acceptance": "lossless"}, num_speculative_tokens=10,
+        model_path, {"bank": "full:2,2,1", "acceptance": "lossless", "budget": None}, num_speculative_tokens=10,
         proposer="_oracle.OracleEntMTP", worker_cls="entmtp_vllm.vllm_plugin.worker.EntMTPCPUWorker",
     )
     yield engine
