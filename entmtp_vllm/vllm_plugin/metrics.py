@@ -22,6 +22,9 @@ tree positions, the attention's tree step), `verify` (acceptance rules and the r
 `compact` (KV compaction), `draft` (policy, heads, step budget). Their ratio is EntMTP's share
 of the step time.
 
+`entmtp_step_cost_ms{coefficient}` is the step-cost model the step budget plans with (fixed,
+per_request, per_token, per_tree_token milliseconds), refreshed every 64 learnt steps.
+
 One gauge, `entmtp_active_requests`, is the number of requests the proposer holds per-request
 state for (policy state + feature tracker); the proposer sets it whenever that state changes. It
 returns to 0 when the server is idle: a value that stays up after requests finished or were
@@ -76,6 +79,12 @@ def _gauges() -> dict[str, Any] | None:
                 "Requests with EntMTP per-request state in the drafter",
                 multiprocess_mode="livesum",
             ),
+            "step_cost_ms": Gauge(
+                "entmtp_step_cost_ms",
+                "The step budget's step-cost model: milliseconds fixed, per request, per token, per tree token",
+                ["coefficient"],
+                multiprocess_mode="mostrecent",
+            ),
         }
     except ValueError:  # already registered in this process by another copy of the module
         return None
@@ -91,8 +100,9 @@ def count(name: str, amount: float = 1.0, **labels: str) -> None:
     (counter.labels(**labels) if labels else counter).inc(amount)
 
 
-def set_gauge(name: str, value: float) -> None:
-    """Set the `entmtp_<name>` gauge (a no-op without prometheus_client)."""
+def set_gauge(name: str, value: float, **labels: str) -> None:
+    """Set the `entmtp_<name>` gauge, with its labels (a no-op without prometheus_client)."""
     gauges = _gauges()
     if gauges is not None:
-        gauges[name].set(value)
+        gauge = gauges[name]
+        (gauge.labels(**labels) if labels else gauge).set(value)

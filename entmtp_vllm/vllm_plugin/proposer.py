@@ -356,6 +356,10 @@ class EntMTPProposer:
         metrics.count("steps_timed")
         if shape is not None:
             self.cost_model.observe(*shape, seconds)
+            if self.cost_model.steps % 64 == 1:
+                for name, value in self.cost_model.as_dict().items():
+                    if name.endswith("_ms"):
+                        metrics.set_gauge("step_cost_ms", value, coefficient=name.removesuffix("_ms"))
 
     def record_overhead(self, phase: str, seconds: float) -> None:
         """Seconds EntMTP's own code took in one phase of a step (plan, verify, compact, draft)."""

@@ -219,7 +219,7 @@ def test_compare_and_serve_reports(tmp_path):
         "runs": _runs(), "table": bench.compare_table(_runs()),
     }
     text = bench.compare_markdown(results)
-    assert "| 1 | ngram | 15.00 | 1.500 | 80.0 | 0.800 | 40.0 | 2.000 | 4 | 0 |" in text
+    assert "| 1 | ngram | 15.00 | 1.500 | 80.0 | 0.800 | 40.0 | 2.000 | – | 4 | 0 |" in text
     assert "--dtype float32" in text
     paths = bench.write_compare_report(results, tmp_path / "cmp")
     assert json.loads(paths["json"].read_text())["table"][0]["method"] == "vllm"
@@ -521,3 +521,31 @@ def test_stream_request_reads_text_usage_and_falls_back_to_chunks():
     client, _ = _fake_client([], fail=RuntimeError("boom\nsecond line"))
     result = asyncio.run(bench.stream_request(client, config, "m", "hi"))
     assert not result.ok and result.error == "RuntimeError: boom"
+
+
+def test_entmtp_overhead_per_level_from_metrics():
+    """`entmtp_steps`, `entmtp_step_seconds` and `entmtp_overhead_seconds{phase}` deltas become
+    the level's step time, each phase per step and EntMTP's share; the reports show them."""
+    before = (
+        "# TYPE entmtp_steps_total counter\nentmtp_steps_total 10\n"
+        "# TYPE entmtp_step_seconds_total counter\nentmtp_step_seconds_total 1.0\n"
+        "# TYPE entmtp_overhead_seconds_total counter\n"
+        'entmtp_overhead_seconds_total{phase="draft"} 0.1\nentmtp_overhead_seconds_total{phase="plan"} 0.02\n'
+    )
+    after = (
+        "# TYPE entmtp_steps_total counter\nentmtp_steps_total 110\n"
+        "# TYPE entmtp_step_seconds_total counter\nentmtp_step_seconds_total 6.0\n"
+        "# TYPE entmtp_overhead_seconds_total counter\n"
+        'entmtp_overhead_seconds_total{phase="draft"} 0.35\nentmtp_overhead_seconds_total{phase="plan"} 0.07\n'
+    )
+    acc = bench.acceptance_delta(bench.parse_prometheus(before), bench.parse_prometheus(after))
+    overhead = acc["overhead"]
+    assert overhead["step_ms"] == pytest.approx(50.0)
+    assert overhead["phase_ms"] == pytest.approx({"draft": 2.5, "plan": 0.5})
+    assert overhead["share"] == pytest.approx(0.3 / 5.0)
+    assert bench.overhead_summary({}) is None
+    from entmtp_vllm.bench.serve.report import _overhead_markdown
+
+    lines = _overhead_markdown([{"concurrency": 8, "acceptance": acc}, {"concurrency": 16, "acceptance": None}])
+    assert "| 8 | 50.0 | 6.0% | 2.50 | 0.50 |" in lines
+    assert not any(line.startswith("| 16 ") for line in lines)

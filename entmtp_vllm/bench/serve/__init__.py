@@ -64,6 +64,7 @@ from entmtp_vllm.bench.serve.prometheus import (
     Labels,
     MetricsSnapshot,
     acceptance_delta,
+    overhead_summary,
     parse_prometheus,
 )
 from entmtp_vllm.bench.serve.report import compare_markdown, markdown_report, write_compare_report, write_report
@@ -98,6 +99,7 @@ __all__ = [
     "ServerProcess",
     "_entmtp_command",
     "acceptance_delta",
+    "overhead_summary",
     "compare_markdown",
     "compare_table",
     "fetch_metrics",

@@ -149,8 +149,25 @@ def acceptance_delta(before: MetricsSnapshot | None, after: MetricsSnapshot | No
         else:
             entmtp[short] = {k: v for k, v in sorted(values.items())}
     out["entmtp"] = entmtp or None
+    out["overhead"] = overhead_summary(entmtp)
     usage = entmtp.get("tree_steps")
     out["tree_usage"] = usage if isinstance(usage, dict) else None
     if not spec_present and not entmtp:
         return None
     return out
+
+
+def overhead_summary(entmtp: dict[str, Any]) -> dict[str, Any] | None:
+    """EntMTP's own time over a level, from the `entmtp_steps`, `entmtp_step_seconds` and
+    `entmtp_overhead_seconds{phase}` deltas: mean step milliseconds, each phase's milliseconds
+    per step and the share of step time all phases took (None: the server has no such series)."""
+    steps, seconds = entmtp.get("steps"), entmtp.get("step_seconds")
+    phases = entmtp.get("overhead_seconds")
+    if not isinstance(steps, (int, float)) or not steps or not isinstance(seconds, (int, float)) or not seconds:
+        return None
+    phases = phases if isinstance(phases, dict) else {}
+    return {
+        "step_ms": 1e3 * seconds / steps,
+        "phase_ms": {phase: 1e3 * value / steps for phase, value in phases.items()},
+        "share": sum(phases.values()) / seconds,
+    }

@@ -66,6 +66,7 @@ def markdown_report(results: dict[str, Any]) -> str:
                 f"{_fmt(acc.get('num_accepted_tokens'), 0)} | {_fmt(acc.get('mean_acceptance_length'), 3)} | "
                 f"{_fmt(acc.get('draft_acceptance_rate'), 3)} | {usage_text} |"
             )
+    lines += _overhead_markdown(results["levels"])
     failures = [(level["concurrency"], error) for level in results["levels"] for error in level["errors"]]
     if failures:
         lines += ["", "Errors (first few per level):"]
@@ -153,6 +154,24 @@ def _rounds_markdown(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _overhead_markdown(levels: list[dict[str, Any]]) -> list[str]:
+    """EntMTP's step time and its own share of it, per level (nothing when no level has it)."""
+    rows = [(level["concurrency"], (level.get("acceptance") or {}).get("overhead")) for level in levels]
+    rows = [(c, o) for c, o in rows if o]
+    if not rows:
+        return []
+    phases = sorted({phase for _, o in rows for phase in o["phase_ms"]})
+    lines = [
+        "",
+        "| concurrency | EntMTP step (ms) | EntMTP's own share | " + " | ".join(f"{p} (ms/step)" for p in phases) + " |",
+        "|---:|---:|---:|" + "---:|" * len(phases),
+    ]
+    for concurrency, o in rows:
+        cells = " | ".join(_fmt(o["phase_ms"].get(p), 2) for p in phases)
+        lines.append(f"| {concurrency} | {o['step_ms']:.1f} | {100 * o['share']:.1f}% | {cells} |")
+    return lines
+
+
 def compare_markdown(results: dict[str, Any]) -> str:
     cfg = results["config"]
     lines = [
@@ -163,14 +182,17 @@ def compare_markdown(results: dict[str, Any]) -> str:
         f"Ratios are against `{BASELINE}` (no speculation) at the same concurrency: tok/s ratio > 1 and TPOT ratio < 1 "
         "are better.",
         "",
-        "| concurrency | method | output tok/s | tok/s ratio | TPOT p50 (ms) | TPOT ratio | TTFT p50 (ms) | τ | ok | failed |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| concurrency | method | output tok/s | tok/s ratio | TPOT p50 (ms) | TPOT ratio | TTFT p50 (ms) | τ | "
+        "EntMTP's share of step time | ok | failed |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in results["table"]:
+        share = row.get("overhead_share")
         lines.append(
             f"| {row['concurrency']} | {row['method']} | {row['output_tokens_per_s']:.2f} | {_fmt(row['tps_ratio'], 3)} | "
             f"{_fmt(row['tpot_p50_ms'])} | {_fmt(row['tpot_ratio'], 3)} | {_fmt(row['ttft_p50_ms'])} | "
-            f"{_fmt(row['mean_acceptance_length'], 3)} | {row['completed']} | {row['failed']} |"
+            f"{_fmt(row['mean_acceptance_length'], 3)} | {'–' if share is None else f'{100 * share:.1f}%'} | "
+            f"{row['completed']} | {row['failed']} |"
         )
     lines += _rounds_markdown(results)
     rounds = results.get("rounds") or [{"runs": results["runs"]}]

@@ -132,6 +132,7 @@ def compare_table(runs: dict[str, dict[str, Any]], baseline: str = BASELINE) -> 
                     "tpot_ratio": tpot / base_tpot if tpot is not None and base_tpot else None,
                     "ttft_p50_ms": _stat(level["ttft_ms"], "p50"),
                     "mean_acceptance_length": acc.get("mean_acceptance_length"),
+                    "overhead_share": (acc.get("overhead") or {}).get("share"),
                     "completed": level["completed"],
                     "failed": level["failed"],
                 }
