@@ -114,6 +114,10 @@ def register_serve(sub: argparse._SubParsersAction) -> None:
                        help="start and measure every server this many times, the order rotated each round "
                        "(vllm,ngram,entmtp then ngram,entmtp,vllm, ...); the table shows each method's median round "
                        "and every round is listed (default: %(default)s)")
+    group.add_argument("--client", choices=("entmtp", "vllm"), default="entmtp",
+                       help="load generator: this tool's streaming client (default) or vLLM's own `vllm bench serve` "
+                       "(openai-chat backend, the same prompts as a custom dataset; its results become the same "
+                       "tables), so the numbers do not depend on this project's client")
     group.add_argument("--heads", help="EntMTP heads folder (default: the shipped Hydra heads)")
     group.add_argument("--bank", help="EntMTP bank file, choices JSON or tree shape (default: entmtp serve's)")
     group.add_argument("--tree", help="EntMTP: keep only this tree of the bank")
@@ -121,7 +125,7 @@ def register_serve(sub: argparse._SubParsersAction) -> None:
     group.add_argument("--acceptance", choices=("greedy", "typical", "lossless"), help="EntMTP acceptance rule for sampled requests")
     group.add_argument("--num-speculative-tokens", type=int, help="EntMTP draft budget (default: largest tree's nodes - 1)")
     group.add_argument("--entmtp-config", metavar="JSON", help="EntMTP: further settings as a JSON object "
-                       "(entmtp serve --config), e.g. '{\"batch_fallback\": null}'")
+                       "(entmtp serve --config), e.g. '{\"budget\": null}'")
     group.add_argument("--ngram-config", default="4,4,2", help="ngram: num_speculative_tokens,prompt_lookup_max,"
                        "prompt_lookup_min (default: %(default)s)")
     serve.set_defaults(func=run_serve_cmd)
@@ -179,6 +183,7 @@ def run_serve_cmd(args: argparse.Namespace) -> int:
         server_args=server_args,
         eager=args.eager,
         in_process=args.in_process,
+        client=args.client,
         health_timeout=args.health_timeout,
         ngram_num_speculative_tokens=ngram[0],
         ngram_prompt_lookup_max=ngram[1],

@@ -549,3 +549,34 @@ def test_entmtp_overhead_per_level_from_metrics():
     lines = _overhead_markdown([{"concurrency": 8, "acceptance": acc}, {"concurrency": 16, "acceptance": None}])
     assert "| 8 | 50.0 | 6.0% | 2.50 | 0.50 |" in lines
     assert not any(line.startswith("| 16 ") for line in lines)
+
+
+def test_vllm_client_command_and_result(tmp_path):
+    """`--client vllm`: the `vllm bench serve` command of one level, and its result JSON as a level
+    of this package's format (the tables and ratios then work unchanged)."""
+    from entmtp_vllm.bench.serve.compare import model_of
+    from entmtp_vllm.bench.serve.config import CompareConfig
+    from entmtp_vllm.bench.serve.statistics import compare_table
+    from entmtp_vllm.bench.serve.vllm_client import level_from_result, vllm_command, write_prompts
+
+    config = CompareConfig(max_tokens=64, temperature=0.7, concurrency=[1, 8], client="vllm")
+    prompts = write_prompts(["a \"quoted\" prompt", "second\nline"], tmp_path / "p.jsonl")
+    assert [json.loads(line)["prompt"] for line in prompts.read_text().splitlines()] == ["a \"quoted\" prompt", "second\nline"]
+    command = vllm_command(config, "http://127.0.0.1:9/v1", "/m/SmolLM2", prompts, 2, 8, tmp_path, "r.json")
+    text = " ".join(command)
+    for part in ("bench serve --backend openai-chat --base-url http://127.0.0.1:9 --endpoint /v1/chat/completions",
+                 "--dataset-name custom", "--skip-chat-template", "--max-concurrency 8", "--custom-output-len 64",
+                 "--temperature 0.7", "--num-prompts 2", "--result-filename r.json"):
+        assert part in text, part
+    assert "--ignore-eos" not in command
+    assert model_of(["vllm", "serve", "/m/SmolLM2", "--port", "1"]) == "/m/SmolLM2"
+    assert model_of(["vllm", "serve", "/m/x", "--served-model-name", "entmtp"]) == "entmtp"
+    result = {"duration": 10.0, "completed": 2, "failed": 0, "total_output_tokens": 128, "output_throughput": 12.8,
+              "request_throughput": 0.2, "mean_ttft_ms": 300.0, "median_ttft_ms": 290.0, "p50_ttft_ms": 290.0,
+              "p90_ttft_ms": 320.0, "p99_ttft_ms": 330.0, "mean_tpot_ms": 70.0, "median_tpot_ms": 69.0,
+              "p50_tpot_ms": 69.0, "p90_tpot_ms": 75.0, "p99_tpot_ms": 80.0}
+    level = level_from_result(result, 8, None)
+    assert level["output_tokens_per_s"] == 12.8 and level["tpot_ms"]["p50"] == 69.0 and level["itl_ms"] is None
+    faster = level_from_result({**result, "output_throughput": 25.6, "p50_tpot_ms": 34.5}, 8, None)
+    rows = compare_table({"vllm": {"levels": [level]}, "entmtp": {"levels": [faster]}})
+    assert rows[1]["tps_ratio"] == pytest.approx(2.0) and rows[1]["tpot_ratio"] == pytest.approx(0.5)

@@ -17,6 +17,7 @@ from entmtp_vllm.bench.serve.config import CompareConfig, ServeBenchConfig
 from entmtp_vllm.bench.serve.report import _out_dir
 from entmtp_vllm.bench.serve.servers import ServerProcess, _entmtp_command, free_port, server_commands
 from entmtp_vllm.bench.serve.statistics import compare_table, median_runs, round_ratios
+from entmtp_vllm.bench.serve.vllm_client import vllm_levels
 from entmtp_vllm.serve_command import ServeCommand
 
 
@@ -67,6 +68,13 @@ def run_compare(config: CompareConfig, progress: bool = True, log=print) -> dict
     return results
 
 
+def model_of(command: list[str]) -> str:
+    """The model a `vllm serve MODEL ...` command serves (its served name when it sets one)."""
+    if "--served-model-name" in command:
+        return command[command.index("--served-model-name") + 1]
+    return command[command.index("serve") + 1]
+
+
 def _measure_server(
     config: CompareConfig, entmtp: ServeCommand, method: str, prompts: list[str], out: Path, progress: bool, log,
     round_index: int,
@@ -86,6 +94,9 @@ def _measure_server(
     try:
         server.wait_healthy(config.health_timeout)
         log(f"[{method}] healthy after {time.monotonic() - t0:.0f} s")
+        if config.client == "vllm":
+            levels = vllm_levels(config, base_url, model_of(command), prompts, out, f"{method}{suffix}", log)
+            return {"command": command, "env": built.env, "log": str(log_path), "levels": levels, "served_model": model_of(command)}
         bench_config = ServeBenchConfig(**{
             key: getattr(config, key) for key in ServeBenchConfig.model_fields if key not in ("base_url", "model")
         }, base_url=base_url, model=None)

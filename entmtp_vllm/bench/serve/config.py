@@ -114,6 +114,10 @@ class CompareConfig(ServeBenchConfig):
     """Run every server's engine core and worker inside its API server process
     (`ServeOptions.in_process`; `entmtp serve --in-process`). Off: vLLM's own process layout."""
 
+    client: Literal["entmtp", "vllm"] = "entmtp"
+    """Load generator: this package's streaming client, or vLLM's own `vllm bench serve`
+    (`vllm_client.py`), whose results fill the same tables."""
+
     health_timeout: float = Field(default=600.0, gt=0)
     """Seconds a server may take to answer `/health` before the comparison fails."""
 
