@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -76,6 +77,12 @@ class RayServeArgs(BaseModel):
 
     deployment_config: dict[str, Any] = Field(default_factory=dict)
     """Further Serve deployment options (over num_replicas / autoscaling_config)."""
+
+    metrics_dir: str | None = None
+    """A folder on each node: every replica sets `PROMETHEUS_MULTIPROC_DIR` to its own subfolder
+    `replica-<host>-<pid>` before its engine starts, so that the `entmtp_` counters of its engine
+    processes land there (`replica_metrics()` reads them, one snapshot per replica). None: the
+    counters are kept in the engine's worker process only."""
 
 
 def _kwarg_args(engine_kwargs: dict[str, Any]) -> list[str]:
@@ -168,7 +175,10 @@ def llm_config(args: RayServeArgs | dict[str, Any] | None = None, cpu: bool | No
         engine_kwargs=engine_kwargs,
         runtime_env=runtime_env,
         deployment_config=deployment,
-        callback_config={"callback_class": "entmtp_vllm.ray_serve:EntMTPReplicaCheck"},
+        callback_config={
+            "callback_class": "entmtp_vllm.ray_serve:EntMTPReplicaCheck",
+            "callback_kwargs": {"metrics_dir": args.metrics_dir},
+        },
     )
     if cpu:
         config["accelerator_config"] = {"kind": "cpu"}
@@ -219,10 +229,33 @@ except Exception:  # noqa: BLE001 - Ray (or its LLM part) absent: the settings p
     _CallbackBase = object
 
 
+REPLICA_METRICS_PREFIX = "replica-"
+
+
 class EntMTPReplicaCheck(_CallbackBase):  # type: ignore[misc, valid-type]
-    """Runs in every replica before its engine starts: no EntMTP plugin, no engine."""
+    """Runs in every replica before its engine starts: no EntMTP plugin, no engine. With a
+    `metrics_dir`, gives the replica's engine processes their own Prometheus folder."""
 
     async def on_before_node_init(self) -> None:
         problem = plugin_problem()
         if problem is not None:
             raise EntMTPError(f"EntMTP replica on {socket.gethostname()} (pid {os.getpid()}): {problem}")
+        base = self.kwargs.get("metrics_dir")
+        if base:
+            folder = Path(base) / f"{REPLICA_METRICS_PREFIX}{socket.gethostname()}-{os.getpid()}"
+            folder.mkdir(parents=True, exist_ok=True)
+            os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
+
+
+def replica_metrics(metrics_dir: str | Path) -> dict[str, str]:
+    """{replica folder name: its Prometheus text} for the replicas that wrote under `metrics_dir`
+    on this node (the `entmtp_` series and vLLM's own multiprocess ones)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    texts: dict[str, str] = {}
+    for folder in sorted(Path(metrics_dir).glob(f"{REPLICA_METRICS_PREFIX}*")):
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=str(folder))
+        texts[folder.name] = generate_latest(registry).decode()
+    return texts
