@@ -4,16 +4,15 @@ are `entmtp serve`'s, bad settings are one-line errors, a replica without the pl
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
+
+from _ray_deploy import CONFIG
 
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.ray_serve import RayServeArgs, engine_settings, plugin_env, plugin_problem
 from entmtp_vllm.vllm_plugin.config import ADDITIONAL_CONFIG_KEY, PROPOSER_CLASS, parse_config, resolve
 
-CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "ray" / "serve_config.yaml"
 FAKE_MODEL = "/models/fake"  # the config gives the KV cache size: no model file is read
 
 

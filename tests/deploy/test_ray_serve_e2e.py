@@ -16,55 +16,28 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
+
+import _ray_deploy
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.timeout(1800)]
 
-ray = pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[ray]')")
+pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[ray]')")
 pytest.importorskip("ray.serve.llm", reason="ray.serve.llm does not import (pip install -e '.[ray]')")
 pytest.importorskip("vllm")
 
-CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "ray" / "serve_config.yaml"
 STARTUP_TIMEOUT_S = 900
-MAX_TOKENS = 24
+MAX_TOKENS = _ray_deploy.MAX_TOKENS
 PROMPTS = [
     "Explain speculative decoding in two sentences.",
     "Write a haiku about the sea.",
     "List three prime numbers and say why they are prime.",
 ]
 COMPLETION_PROMPT = "The capital of France is"
-
-
-def _app_args() -> dict:
-    (app,) = yaml.safe_load(CONFIG.read_text())["applications"]
-    return app["args"]
-
-
-def _client(base_url: str):
-    from openai import OpenAI
-
-    return OpenAI(base_url=base_url, api_key="EMPTY", max_retries=0, timeout=300.0)
-
-
-def _chat(client, model: str, prompt: str) -> str:
-    reply = client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": prompt}], max_tokens=MAX_TOKENS, temperature=0.0
-    )
-    return reply.choices[0].message.content
+_app_args, _client, _chat = _ray_deploy.app_args, _ray_deploy.client, _ray_deploy.chat
 
 
 def _completion(client, model: str, prompt: str) -> str:
     return client.completions.create(model=model, prompt=prompt, max_tokens=MAX_TOKENS, temperature=0.0).choices[0].text
-
-
-@pytest.fixture(scope="module")
-def model_path() -> str:
-    from entmtp_vllm.model_store import resolve_model
-
-    try:
-        return resolve_model(None)
-    except Exception as exc:  # the embedded model cannot be prepared here
-        pytest.skip(f"embedded model unavailable: {exc}")
 
 
 @pytest.fixture(scope="module")
@@ -96,21 +69,6 @@ def direct_outputs(tmp_path_factory, model_path) -> dict[str, list[str]]:
         }
     finally:
         process.stop()
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """A local Ray cluster on loopback, no dashboard; everything stopped at the end."""
-    from ray import serve
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
-    try:
-        yield
-    finally:
-        try:
-            serve.shutdown()
-        finally:
-            ray.shutdown()
 
 
 @pytest.fixture(scope="module")
