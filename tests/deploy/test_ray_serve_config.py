@@ -85,3 +85,24 @@ def test_build_app_refuses_a_bad_setting(no_model):
 
     with pytest.raises(EntMTPError, match="no_such_setting"):
         build_app({"entmtp": {"config": {"no_such_setting": 1}}})
+
+
+@pytest.mark.parametrize("scaling, expected", [
+    ({"num_replicas": 2}, {"num_replicas": 2}),
+    ({"autoscaling_config": {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 4}},
+     {"autoscaling_config": {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 4}}),
+])
+def test_llm_config_replicas_plugin_and_cpu_bundle(no_model, scaling, expected):
+    pytest.importorskip("ray.serve.llm", reason="ray[serve] is not installed (pip install -e '.[ray]')")
+    from entmtp_vllm.ray_serve import llm_config
+
+    config = llm_config({**_app_args(), **scaling, "num_replicas": scaling.get("num_replicas"),
+                         "runtime_env": {"env_vars": {"VLLM_PLUGINS": "other"}}}, cpu=True)
+    deployment = {key: value for key, value in config.deployment_config.items() if key != "ray_actor_options"}
+    assert deployment == expected
+    assert config.deployment_config["ray_actor_options"] == {"num_cpus": 0}
+    assert config.runtime_env["env_vars"]["VLLM_PLUGINS"] == "other,entmtp"
+    assert config.placement_group_config == {"bundles": [{"CPU": 1}]}
+    assert config.callback_config.callback_class == "entmtp_vllm.ray_serve:EntMTPReplicaCheck"
+    assert config.callback_config.callback_kwargs == {"metrics_dir": None}
+    assert config.engine_kwargs["speculative_config"]["model"] == PROPOSER_CLASS
