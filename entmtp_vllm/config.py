@@ -155,6 +155,10 @@ class StepBudgetConfig(_Config):
     prior: StepCostPrior = StepCostPrior()
     """The step-cost model's starting point."""
 
+    online: bool = True
+    """Fit the step-cost model to the served steps; False: plan with the prior alone (a cost
+    model measured elsewhere and pinned, or a test that must not depend on the machine's speed)."""
+
     noise_ms: float = Field(2.0, gt=0.0)
     """How precisely one step's wall time is measured (its noise, milliseconds): the prior
     holds each coefficient to within its own size against steps measured this precisely."""

@@ -354,7 +354,7 @@ class EntMTPProposer:
         self.stats.steps_timed += 1
         self._count("step_seconds", seconds)
         metrics.count("steps_timed")
-        if shape is not None:
+        if shape is not None and (self.budget is None or self.budget.online):
             self.cost_model.observe(*shape, seconds)
             if self.cost_model.steps % 64 == 1:
                 for name, value in self.cost_model.as_dict().items():

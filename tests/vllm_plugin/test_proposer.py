@@ -205,3 +205,9 @@ def test_measured_steps_move_the_cost_model():
     proposer.record_overhead("draft", 0.25)
     proposer.record_overhead("draft", 0.25)
     assert proposer.stats.as_dict()["overhead_seconds"] == {"draft": 0.5}
+
+
+def test_a_pinned_cost_model_learns_nothing():
+    proposer = _proposer({"bank": "full:2,1,1", "budget": {"online": False}})
+    proposer.record_step_time(0.01, (4, 8, 0))
+    assert proposer.cost_model.steps == 0 and proposer.stats.steps_timed == 1
