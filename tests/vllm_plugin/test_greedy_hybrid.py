@@ -29,6 +29,7 @@ def llm(model_path, heads_folder, bank_file):
         "heads": heads_folder,
         "bank": bank_file,
         "policy": "hysteresis@lookup_match:2.5,1.5:hybrid,loop",
+        "budget": None,  # whole trees: the policy's choices, not the machine's step costs, decide
     }
     engine = make_llm(model_path, settings)
     yield engine

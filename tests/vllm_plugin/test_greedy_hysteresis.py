@@ -35,6 +35,7 @@ def llm(request, model_path, heads_folder, bank_file):
         "policy": {"kind": "hysteresis", "conservative": "small", "aggressive": "wide", "tau_on": tau_on,
                    "tau_off": tau_off, "feature": request.param},
         "batch_fallback": {"max_batch": 64, "tree": "small"},
+        "budget": None,  # whole trees: the policy's choices, not the machine's step costs, decide
     }
     engine = make_llm(model_path, settings)
     yield engine
