@@ -351,9 +351,8 @@ class EntMTPProposer:
     def record_step_time(self, seconds: float, shape: tuple[int, int, int] | None) -> None:
         """A timed engine step; `shape` (requests, rows, tree rows) when it was decode-only,
         which the step-cost model learns from."""
-        self.stats.steps_timed += 1
+        self._count("steps_timed")
         self._count("step_seconds", seconds)
-        metrics.count("steps_timed")
         if shape is not None and (self.budget is None or self.budget.online):
             self.cost_model.observe(*shape, seconds)
             if self.cost_model.steps % 64 == 1:

@@ -6,6 +6,9 @@ from pathlib import Path
 
 import yaml
 
+import _openai_chat
+from _openai_chat import client  # noqa: F401 (the deploy tests' client)
+
 CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "ray" / "serve_config.yaml"
 MAX_TOKENS = 24
 
@@ -16,14 +19,5 @@ def app_args() -> dict:
     return app["args"]
 
 
-def client(base_url: str):
-    from openai import OpenAI
-
-    return OpenAI(base_url=base_url, api_key="EMPTY", max_retries=0, timeout=300.0)
-
-
 def chat(openai_client, model: str, prompt: str, max_tokens: int = MAX_TOKENS) -> str:
-    reply = openai_client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens, temperature=0.0
-    )
-    return reply.choices[0].message.content
+    return _openai_chat.chat(openai_client, model, prompt, max_tokens)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+import _openai_chat
 from entmtp_vllm.kv_cache_size import node_memory
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -80,17 +81,11 @@ def _hold_node_memory(fraction_free: float) -> bytearray:
     return ballast
 
 
-def _client(base_url: str):
-    from openai import OpenAI
-
-    return OpenAI(base_url=base_url, api_key="EMPTY", max_retries=0, timeout=300.0)
+_client = _openai_chat.client
 
 
 def _chat(client, model: str, prompt: str, max_tokens: int = MAX_TOKENS) -> str:
-    reply = client.chat.completions.create(
-        model=model, messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens, temperature=0.0
-    )
-    return reply.choices[0].message.content
+    return _openai_chat.chat(client, model, prompt, max_tokens)
 
 
 def _metrics(base_url: str):
