@@ -27,6 +27,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     src.add_argument("--data", type=Path, help=f"self-distillation JSONL {{id, prompt_ids, answer_ids}} (default: {DEFAULT_DATA})")
     src.add_argument("--generate", type=int, metavar="N",
                      help=f"first answer N ShareGPT train-split prompts with vLLM into {DEFAULT_DATA} (skips answered ids)")
+    p.add_argument("--gen-dtype", choices=["float32", "bfloat16", "float16"], default="float32",
+                   help="dtype vLLM generates the answers in: the one the heads will draft under (default: %(default)s)")
+    p.add_argument("--max-answer-tokens", type=int, default=256, help="longest generated answer (default: %(default)s)")
+    p.add_argument("--gen-batch", type=int, default=64, help="sequences vLLM generates at once (default: %(default)s)")
     p.add_argument("--kind", choices=["hydra", "medusa"], default="hydra")
     p.add_argument("--num-heads", type=int, default=4)
     p.add_argument("--num-layers", type=int, default=1)
@@ -59,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from entmtp_vllm.training.teacher_cache import build_teacher_cache
     from entmtp_vllm.training.train_heads import BaseTensors, TrainConfig, train_heads
 
-    for name in ("num_heads", "num_layers", "batch_size"):
+    for name in ("num_heads", "num_layers", "batch_size", "max_answer_tokens", "gen_batch"):
         if getattr(args, name) < 1:
             raise EntMTPError(f"--{name.replace('_', '-')} must be at least 1")
     if args.steps is not None and args.steps < 1:
@@ -75,7 +79,10 @@ def run(args: argparse.Namespace) -> int:
         from entmtp_vllm.training.selfdistill_data import generate_answers
 
         prompts = load_prompts("sharegpt", n=args.generate, seed=123, split="train")
-        generate_answers(model, prompts, data)
+        generate_answers(
+            model, prompts, data, max_answer_tokens=args.max_answer_tokens, dtype=args.gen_dtype,
+            max_num_seqs=args.gen_batch, log=lambda m: print(m, flush=True),
+        )
     if not args.no_cache_update:
         build_teacher_cache(model, data, args.cache, dtype=args.cache_dtype, threads=args.threads)
     embed, lm_head, config = load_base_embeddings(model)

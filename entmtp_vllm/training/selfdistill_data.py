@@ -35,20 +35,34 @@ def generate_answers(
     max_prompt_tokens: int = 256,
     max_answer_tokens: int = 256,
     chunk: int = 128,
-    dtype: str = "bfloat16",
+    dtype: str = "float32",
+    max_num_seqs: int = 64,
     log=print,
 ) -> int:
-    """Answer every prompt not yet in `out_file`; return the number of answer tokens written."""
+    """Answer every prompt not yet in `out_file`; return the number of answer tokens written.
+
+    `dtype` should be the one the heads will draft under (the reference engine's τ is measured
+    in float32, and float32 is the fast type on CPUs without native bf16). The KV cache is
+    sized for `max_num_seqs` full sequences, so vLLM's CPU worker starts on any machine that
+    can hold them (its default asks for 92% of the node's memory)."""
     from transformers import AutoTokenizer
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
+
+    from entmtp_vllm.kv_cache_size import model_shape
 
     todo = [p for p in prompts if p.id not in done_ids(out_file)]
     log(f"{len(prompts) - len(todo)} prompts already answered, {len(todo)} to go")
     if not todo:
         return 0
     tokenizer = AutoTokenizer.from_pretrained(model)
-    llm = LLM(model=model, dtype=dtype, enforce_eager=True, max_model_len=max_prompt_tokens + max_answer_tokens + 8)
+    max_model_len = max_prompt_tokens + max_answer_tokens + 8
+    shape = model_shape(model, dtype=dtype, max_model_len=max_model_len)
+    kv_bytes = (shape.bytes_per_token * max_model_len * max_num_seqs) if shape else 2**31
+    llm = LLM(
+        model=model, dtype=dtype, enforce_eager=True, max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs, kv_cache_memory_bytes=kv_bytes,
+    )
     params = SamplingParams(temperature=0.0, max_tokens=max_answer_tokens)
     out_file.parent.mkdir(parents=True, exist_ok=True)
     written = 0
