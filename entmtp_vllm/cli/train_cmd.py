@@ -23,10 +23,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Generate (or read) the base model's own answers, cache its hidden states, train draft heads.",
     )
     p.add_argument("--model", help="base model folder or hub id (default: the embedded SmolLM2-135M-Instruct)")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--data", type=Path, help=f"self-distillation JSONL {{id, prompt_ids, answer_ids}} (default: {DEFAULT_DATA})")
-    src.add_argument("--generate", type=int, metavar="N",
-                     help=f"first answer N ShareGPT train-split prompts with vLLM into {DEFAULT_DATA} (skips answered ids)")
+    p.add_argument("--data", type=Path, default=DEFAULT_DATA,
+                   help="self-distillation JSONL {id, prompt_ids, answer_ids}, read, and written by --generate (default: %(default)s)")
+    p.add_argument("--generate", type=int, metavar="N",
+                   help="first answer N ShareGPT train-split prompts with vLLM into --data (skips ids already answered there)")
     p.add_argument("--gen-dtype", choices=["float32", "bfloat16", "float16"], default="float32",
                    help="dtype vLLM generates the answers in: the one the heads will draft under (default: %(default)s)")
     p.add_argument("--max-answer-tokens", type=int, default=256, help="longest generated answer (default: %(default)s)")
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     model = resolve_model(args.model)
     if not Path(model).is_dir():
         raise EntMTPError(f"train-heads needs a local model folder; '{model}' is a hub id: download it first")
-    data = args.data or DEFAULT_DATA
+    data = args.data
     if args.generate:
         from entmtp_vllm.prompts import load_prompts
         from entmtp_vllm.training.selfdistill_data import generate_answers

@@ -12,6 +12,7 @@ it is the teacher-forced estimate (no drift, ~1% vLLM/transformers mismatch).
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import torch
@@ -20,24 +21,50 @@ from entmtp_vllm.heads.drafting import TreeDrafter
 from entmtp_vllm.training.teacher_cache import CacheSplit
 
 
+def accept_length(drafter: TreeDrafter, split: CacheSplit, buffers, j: int) -> int:
+    """Tokens one greedy step starting at cache row `j` emits: accepted drafts + the bonus token."""
+    end = int(split.record_end[j])
+    tokens = drafter.begin(split.hidden[j].float(), int(split.tokens[j])).draft(buffers).tokens.tolist()
+    node, depth = 0, 0
+    while depth < buffers.depth and j + depth + 1 < end:
+        want = int(split.tokens[j + depth + 1])
+        nxt = next((c for c in buffers.children[node] if tokens[c] == want), None)
+        if nxt is None:
+            break
+        node, depth = nxt, depth + 1
+    return depth + 1
+
+
 @torch.no_grad()
 def greedy_accept_lengths(drafter: TreeDrafter, split: CacheSplit, buffers, rows: torch.Tensor) -> torch.Tensor:
-    """τ at each cache row in `rows` (float tensor)."""
-    out = []
-    children = buffers.children
-    for j in rows.tolist():
-        end = int(split.record_end[j])
-        step = drafter.begin(split.hidden[j].float(), int(split.tokens[j]))
-        tokens = step.draft(buffers).tokens.tolist()
-        node, depth = 0, 0
-        while depth < buffers.depth and j + depth + 1 < end:
-            want = int(split.tokens[j + depth + 1])
-            nxt = next((c for c in children[node] if tokens[c] == want), None)
-            if nxt is None:
-                break
-            node, depth = nxt, depth + 1
-        out.append(depth + 1)
-    return torch.tensor(out, dtype=torch.float32)
+    """τ at each cache row in `rows` (float tensor): the per-position estimate."""
+    return torch.tensor([accept_length(drafter, split, buffers, j) for j in rows.tolist()], dtype=torch.float32)
+
+
+def record_starts(split: CacheSplit) -> list[int]:
+    """First cache row of every record of a split."""
+    ends = torch.unique_consecutive(split.record_end).tolist()
+    return [0] + ends[:-1]
+
+
+@torch.no_grad()
+def walk_accept_length(drafter: TreeDrafter, split: CacheSplit, buffers, starts: list[int]) -> tuple[int, int]:
+    """(tokens, steps) of greedy decoding replayed over whole records.
+
+    From each record's first row, a step's accept length moves to the row the next step starts
+    from, as the engine does. tokens / steps is then the engine's τ on those answers (the
+    answers are the model's own greedy output), whereas the mean over uniformly drawn positions
+    (`greedy_accept_lengths`) weights every position once: the two differ whenever acceptance
+    varies along an answer, and the per-position mean is the higher one when long accepted runs
+    cluster (a loop the model repeats is one step for the engine but many positions here)."""
+    tokens = steps = 0
+    for start in starts:
+        end, j = int(split.record_end[start]), start
+        while j < end:
+            j += accept_length(drafter, split, buffers, j)
+            steps += 1
+        tokens += end - start
+    return tokens, steps
 
 
 SECTION = "## Held-out accept length"
@@ -47,14 +74,21 @@ def write_accept_section(card: Path, results: dict) -> None:
     """Add (or replace) the accept-length section of a heads folder's MODEL_CARD.md."""
     text = card.read_text() if card.is_file() else ""
     text = text.split(SECTION)[0].rstrip() + "\n\n"
-    rows = "\n".join(f"| {name} | {r['nodes']} | {r['accept_length']:.3f} |" for name, r in results.items() if isinstance(r, dict))
+    rows = "\n".join(
+        f"| {name} | {r['nodes']} | {r['accept_length']:.3f} | {r['walk_accept_length']:.3f} |"
+        for name, r in results.items() if isinstance(r, dict)
+    )
     text += f"""{SECTION}
-Greedy verification against the model's own greedy continuation, teacher-forced from the cached hidden
-state at {results['positions']} random held-out positions (`python -m entmtp_vllm.training.evaluate_heads`);
-τ = tokens emitted per step (accepted draft tokens + the bonus token).
+Greedy verification against the model's own greedy continuation (`python -m entmtp_vllm.training.evaluate_heads`),
+from the cached hidden states; τ = tokens emitted per step (accepted draft tokens + the bonus token).
+- *positions*: the mean over {results['positions']} random held-out positions, each drafted from the true prefix;
+- *replayed*: {results['records']} held-out answers decoded whole, each step starting where the previous one's
+  accepted path ended, tokens / steps — what an engine measures. The two differ when acceptance varies
+  along an answer: a run of easy positions (a loop the model repeats) is one step for the engine but many
+  positions for the mean.
 
-| tree | nodes (incl. root) | τ |
-|---|---|---|
+| tree | nodes (incl. root) | τ positions | τ replayed |
+|---|---|---|---|
 {rows}
 """
     card.write_text(text)
@@ -74,6 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cache", type=Path, default=Path("runs/heads/teacher_cache"))
     parser.add_argument("--trees", type=Path, default=Path(__file__).resolve().parents[3] / "shared/data/trees/medusa_hydra_trees.json")
     parser.add_argument("--positions", type=int, default=1000)
+    parser.add_argument("--records", type=int, default=40, help="held-out records replayed whole (the engine's τ)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--card", action="store_true", help="add the results to the heads folder's MODEL_CARD.md")
@@ -88,12 +123,18 @@ def main(argv: list[str] | None = None) -> None:
     trees = {"chain:4": Tree.from_spec("chain:4"), "full:2^3": Tree.from_spec("full:2^3")}
     if args.trees.is_file():
         trees["mc_sim_7b_63"] = Tree.from_choices(json.loads(args.trees.read_text())["trees"]["mc_sim_7b_63"])
+    starts = record_starts(val)
+    starts = sorted(random.Random(7).sample(starts, min(args.records, len(starts))))
     results = {}
     for name, tree in trees.items():
-        tau = greedy_accept_lengths(drafter, val, build_tree_buffers(tree), rows)
-        results[name] = {"nodes": tree.num_nodes, "accept_length": round(float(tau.mean()), 3)}
+        buffers = build_tree_buffers(tree)
+        tau = greedy_accept_lengths(drafter, val, buffers, rows)
+        tokens, steps = walk_accept_length(drafter, val, buffers, starts)
+        results[name] = {"nodes": tree.num_nodes, "accept_length": round(float(tau.mean()), 3),
+                         "walk_accept_length": round(tokens / steps, 3)}
         print(name, results[name], flush=True)
     results["positions"] = int(rows.numel())
+    results["records"] = len(starts)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     if args.card:
