@@ -42,7 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--teacher", choices=["topk", "full", "hard"], default="topk")
     p.add_argument("--softmax-vocab", type=int, default=8192, help="train-time softmax vocabulary subset; 0 = full vocabulary")
-    p.add_argument("--out", type=Path, required=True, help="folder for the final heads (heads.safetensors, heads.json, MODEL_CARD.md)")
+    p.add_argument("--out", type=Path, help="folder for the final heads (heads.safetensors, heads.json, MODEL_CARD.md); needed to train")
+    p.add_argument("--stop-after", choices=["generate", "cache"],
+                   help="stop after this stage (the long stages run as separate jobs, each resumable)")
     p.add_argument("--work-dir", type=Path, help="checkpoints and logs (default: runs/heads/<kind>)")
     p.add_argument("--cache", type=Path, default=Path("runs/heads/teacher_cache"), help="teacher cache folder (default: %(default)s)")
     p.add_argument("--no-cache-update", action="store_true", help="train on the cache as it is, without encoding new records")
@@ -70,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
         raise EntMTPError("--steps must be at least 1")
     if args.prefix_layer and args.kind != "hydra":
         raise EntMTPError("--prefix-layer needs --kind hydra")
+    if args.out is None and args.stop_after is None:
+        raise EntMTPError("--out is needed to train (or pass --stop-after generate|cache)")
     model = resolve_model(args.model)
     if not Path(model).is_dir():
         raise EntMTPError(f"train-heads needs a local model folder; '{model}' is a hub id: download it first")
@@ -83,8 +87,13 @@ def run(args: argparse.Namespace) -> int:
             model, prompts, data, max_answer_tokens=args.max_answer_tokens, dtype=args.gen_dtype,
             max_num_seqs=args.gen_batch, log=lambda m: print(m, flush=True),
         )
+    if args.stop_after == "generate":
+        return 0
     if not args.no_cache_update:
-        build_teacher_cache(model, data, args.cache, dtype=args.cache_dtype, threads=args.threads)
+        build_teacher_cache(model, data, args.cache, dtype=args.cache_dtype, threads=args.threads,
+                            log=lambda m: print(m, flush=True))
+    if args.stop_after == "cache":
+        return 0
     embed, lm_head, config = load_base_embeddings(model)
     base = BaseTensors(embed, lm_head, Path(model).name, config)
     cfg = TrainConfig(

@@ -103,6 +103,7 @@ def build_teacher_cache(
     out.mkdir(parents=True, exist_ok=True)
     if threads:
         torch.set_num_threads(threads)
+    all_records = read_records(Path(data))  # before the model loads: a missing file is one line
     torch_dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[dtype]
     base = AutoModelForCausalLM.from_pretrained(model, dtype=torch_dtype)
     base.eval()
@@ -124,7 +125,7 @@ def build_teacher_cache(
         raise EntMTPError(f"teacher cache {out} was built for another model ({manifest['model']}): use a new --cache folder")
     topk = manifest["topk"]
     done = {rid for shard in manifest["shards"] for rid in shard["ids"]}
-    records = [r for r in read_records(Path(data)) if r["id"] not in done]
+    records = [r for r in all_records if r["id"] not in done]
     if max_records is not None:
         records = records[:max_records]
     log(f"teacher cache {out}: {len(done)} records cached, {len(records)} new")
