@@ -1,6 +1,6 @@
 """Offline tree search: the acceptance frontier (Algorithm 1), its debiasing, banks of frontier trees.
 
-- `calibration.py`: greedy trajectories and the heads' oracle ranks along them (cached per run);
+- `trajectories.py`: greedy trajectories and the heads' oracle ranks along them (cached per run);
 - `resumable.py`: the resumable JSONL caches and logs (a settings header, then the records);
 - `scoring.py`: one rollout scores a tree and all its one-node augmentations (what-if);
 - `frontier.py`: greedy growth, the resumable log, the whole `search frontier` run;

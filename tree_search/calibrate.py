@@ -71,7 +71,7 @@ from entmtp_vllm.tree import LOOKUP, Tree
 from tree_search.report import write_stage_outputs
 from tree_search.step_costs import STEP_COSTS_FILE, probe_step_costs
 from tree_search.scoring import accepted_branches, correct_copies, lookup_proposals
-from tree_search.calibration import Calibration, Trajectory, load_calibration, walk
+from tree_search.trajectories import Calibration, Trajectory, load_calibration, walk
 from tree_search.resumable import append_jsonl, resume_jsonl, rewrite_jsonl, settings_difference
 
 CALIBRATE_DIR = "calibrate"

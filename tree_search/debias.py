@@ -28,7 +28,7 @@ from entmtp_vllm.bank_file import BankFile, load_bank, save_bank
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.tree import Tree
 
-from tree_search.calibration import load_calibration
+from tree_search.trajectories import load_calibration
 from tree_search.resumable import append_jsonl, read_jsonl, rewrite_jsonl
 from tree_search.frontier import (
     CALIBRATION_LOG,

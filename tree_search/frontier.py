@@ -37,7 +37,7 @@ from typing import Any, Callable
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.tree import LOOKUP, Tree
 
-from tree_search.calibration import CALIBRATION_REFUSAL, PromptIds, build_calibration
+from tree_search.trajectories import CALIBRATION_REFUSAL, PromptIds, build_calibration
 from tree_search.resumable import append_jsonl, read_jsonl, resume_jsonl, rewrite_jsonl, settings_difference
 from tree_search.scoring import SCORERS, RolloutScore, make_scorer
 

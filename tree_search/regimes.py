@@ -359,7 +359,7 @@ def run_regimes(config: RegimesConfig, progress: bool = True, log: Callable[[str
     from entmtp_vllm.lookup import LookupConfig, PromptLookup
     from entmtp_vllm.topology import TopologyBank
 
-    from tree_search.calibration import load_calibration
+    from tree_search.trajectories import load_calibration
     from tree_search.resumable import append_jsonl, resume_jsonl, rewrite_jsonl
     from tree_search.debias import _raw_setting, read_frontier
     from tree_search.frontier import CALIBRATION_LOG, Resources

@@ -150,7 +150,7 @@ def compare_table(tasks: Sequence[dict[str, Any]]) -> list[str]:
 
 def check_half_size(folder: Path) -> dict[str, Any] | None:
     """(a) on the calibration split: teacher-forced τ of frontier trees vs the reference's."""
-    from tree_search.calibration import load_calibration
+    from tree_search.trajectories import load_calibration
     from tree_search.frontier import CALIBRATION_LOG
     from tree_search.scoring import RankScorer
 

@@ -26,7 +26,7 @@ from tree_search.calibrate import (
     sweep,
     write_policy,
 )
-from tree_search.calibration import Calibration, Trajectory
+from tree_search.trajectories import Calibration, Trajectory
 
 TREES = [("small", Tree.from_spec("chain:1")), ("big", Tree.from_spec("full:2,2,1"))]
 
