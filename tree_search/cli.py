@@ -357,7 +357,8 @@ def run_throughput_cmd(args: argparse.Namespace) -> int:
 
 
 def run_calibrate_cmd(args: argparse.Namespace) -> int:
-    from tree_search.calibrate import CalibrateConfig, calibrate_markdown, run_calibrate
+    from tree_search.calibrate import CalibrateConfig, run_calibrate
+    from tree_search.calibrate_report import calibrate_markdown
 
     _threads(args.threads)
     config = CalibrateConfig(bank=args.bank, frontier=args.frontier, throughput=args.throughput, out=args.out,

@@ -44,7 +44,7 @@ import numpy as np
 
 from entmtp_vllm.errors import EntMTPError
 
-from tree_search.calibrate import output_tokens
+from tree_search.replay import output_tokens
 from tree_search.report import write_stage_outputs
 
 REGIMES_DIR = "regimes"
@@ -256,7 +256,9 @@ def replay_records(folder: Path, settings: dict[str, Any], calibration, name: st
     """Step records of `tree` (static) replayed over every calibration trajectory, by prompt id."""
     from entmtp_vllm.lookup import LookupConfig, PromptLookup
 
-    from tree_search.calibrate import CALIBRATE_DIR, FEATURES_FILE, build_features, feature_settings, replay
+    from tree_search.calibrate import CALIBRATE_DIR
+    from tree_search.position_features import FEATURES_FILE, build_features, feature_settings
+    from tree_search.replay import replay
     from tree_search.resumable import read_jsonl, settings_difference
 
     wanted = feature_settings(folder, settings, calibration)

@@ -28,7 +28,7 @@ from entmtp_vllm.bench.offline import parse_methods
 from entmtp_vllm.bench.paired import paired_speed, paired_text
 from entmtp_vllm.bench.timing import turns_text
 from entmtp_vllm.tree import Tree
-from tree_search.calibrate import policy_string
+from tree_search.policy_grid import policy_string
 
 COPY = [
     "frontier.md", "frontier.png", "bank.json", "debias.md", "bank_debiased.json",
