@@ -373,7 +373,8 @@ def run_calibrate_cmd(args: argparse.Namespace) -> int:
 
 
 def run_regimes_cmd(args: argparse.Namespace) -> int:
-    from tree_search.regimes import RegimesConfig, combine, regimes_markdown, run_regimes
+    from tree_search.regimes import RegimesConfig, run_regimes
+    from tree_search.regimes_report import combine, regimes_markdown
 
     if args.combine:
         if not args.out:
