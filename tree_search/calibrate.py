@@ -73,7 +73,7 @@ from tree_search.step_costs import (
     cost_model_from_throughput,
     probe_step_costs,
 )
-from tree_search.trajectories import load_calibration
+from tree_search.trajectories import CALIBRATION_FILE, load_calibration
 
 CALIBRATE_DIR = "calibrate"
 
@@ -175,8 +175,8 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
                   resources=None, bench: Callable[..., dict[str, Any]] | None = None) -> dict[str, Any]:
     from entmtp_vllm.bench.offline import run_offline
 
-    from tree_search.debias import _raw_setting, read_frontier
-    from tree_search.frontier import CALIBRATION_LOG, Resources
+    from tree_search.debias import read_frontier
+    from tree_search.resources import Resources
     from tree_search.throughput import bench_config, method_row
 
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
@@ -190,7 +190,7 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
     bank = load_bank(bank_path)
     folder = Path(config.frontier)
     settings, _ = read_frontier(folder)
-    calibration = load_calibration(folder / CALIBRATION_LOG)
+    calibration = load_calibration(folder / CALIBRATION_FILE)
     held = None  # --heldout: checked now, replayed after the sweep
     if config.heldout:
         held_folder = Path(config.heldout)
@@ -198,7 +198,7 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
         if settings_difference({k: settings.get(k) for k in ("model", "heads", "dtype")},
                                {k: held_settings.get(k) for k in ("model", "heads", "dtype")}):
             raise EntMTPError(f"--heldout {held_folder} was made with another model, heads or dtype than {folder}")
-        held = load_calibration(held_folder / CALIBRATION_LOG)
+        held = load_calibration(held_folder / CALIBRATION_FILE)
         overlap = {t.id for t in held.trajectories} & {t.id for t in calibration.trajectories}
         if overlap:
             raise EntMTPError(f"--heldout {held_folder} shares {len(overlap)} prompts with the calibration "
@@ -239,8 +239,7 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
         costs = cost_model_from_throughput(throughput, trees)
 
     # 1. features along the calibration trajectories (the frontier's dtype)
-    resources = resources or Resources(_raw_setting(settings["model"], "embedded"),
-                                       _raw_setting(settings["heads"], "shipped"), settings["dtype"])
+    resources = resources or Resources.of_frontier(settings, settings["dtype"])
     feat_settings = feature_settings(folder, settings, calibration)
     features_started = time.perf_counter()
     features = build_features(calibration, resources.load, out / FEATURES_FILE, feat_settings, progress)

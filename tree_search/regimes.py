@@ -97,16 +97,16 @@ def run_regimes(config: RegimesConfig, progress: bool = True, log: Callable[[str
     from entmtp_vllm.lookup import LookupConfig, PromptLookup
     from entmtp_vllm.topology import TopologyBank
 
-    from tree_search.trajectories import load_calibration
+    from tree_search.trajectories import CALIBRATION_FILE, load_calibration
     from tree_search.resumable import append_jsonl, resume_jsonl, rewrite_jsonl
-    from tree_search.debias import _raw_setting, read_frontier
-    from tree_search.frontier import CALIBRATION_LOG, Resources
+    from tree_search.debias import read_frontier
+    from tree_search.resources import Resources
 
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     started = time.perf_counter()
     folder = Path(config.frontier)
     settings, _ = read_frontier(folder)
-    calibration = load_calibration(folder / CALIBRATION_LOG)
+    calibration = load_calibration(folder / CALIBRATION_FILE)
     name, tree = _resolve_tree(config.tree, folder)
     trajectories = calibration.trajectories[: config.num_prompts] if config.num_prompts else calibration.trajectories
     max_tokens = config.max_tokens or calibration.max_tokens
@@ -127,8 +127,7 @@ def run_regimes(config: RegimesConfig, progress: bool = True, log: Callable[[str
     engine_check = None
     if config.source not in ("engine", "replay"):
         raise EntMTPError(f"--source must be engine or replay (got {config.source!r})")
-    resources = resources or Resources(_raw_setting(settings["model"], "embedded"),
-                                       _raw_setting(settings["heads"], "shipped"), dtype)
+    resources = resources or Resources.of_frontier(settings, dtype)
     if config.source == "replay":
         if dtype != settings["dtype"] or max_tokens != calibration.max_tokens:
             raise EntMTPError("--source replay uses the frontier's dtype and --max-tokens (its calibration trajectories)")

@@ -41,12 +41,11 @@ def replay_records(folder: Path, settings: dict[str, Any], calibration, name: st
     from tree_search.calibrate import CALIBRATE_DIR
     from tree_search.position_features import FEATURES_FILE, build_features, feature_settings
     from tree_search.replay import replay
-    from tree_search.resumable import read_jsonl, settings_difference
+    from tree_search.resumable import made_with
 
     wanted = feature_settings(folder, settings, calibration)
     cache = folder / CALIBRATE_DIR / FEATURES_FILE
-    old, _, _ = read_jsonl(cache, "features cache")
-    if old is None or settings_difference(old, wanted):
+    if not made_with(cache, "features cache", wanted):  # not calibrate's features: a cache of its own
         cache = out / FEATURES_FILE
     features = build_features(calibration, resources.load, cache, wanted, progress)
     result = replay({"kind": "static", "tree": name}, [(name, tree)], calibration, features, detail=True)

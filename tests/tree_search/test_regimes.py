@@ -10,7 +10,8 @@ def test_replayed_records_equal_the_engine_records(tiny, tmp_path):
     import json
 
     from _search_parts import calibrate, random_prompts
-    from tree_search.frontier import Resources, open_frontier_log, search_frontier
+    from tree_search.frontier import open_frontier_log, search_frontier
+    from tree_search.resources import Resources
     from tree_search.regimes import RegimesConfig, run_regimes
     from tree_search.scoring import RankScorer
 
