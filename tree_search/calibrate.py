@@ -64,16 +64,17 @@ from entmtp_vllm.tree import Tree
 
 from tree_search.calibrate_report import write_calibrate_outputs
 from tree_search.policy_grid import SWEPT_FEATURES, best_of, final_trees, policy_grid, quantile, sweep
-from tree_search.position_features import FEATURES_FILE, build_features, feature_settings
+from tree_search.position_features import FEATURES_FILE, PositionFeatures, build_features, feature_settings
 from tree_search.replay import replay
 from tree_search.resumable import settings_difference
 from tree_search.step_costs import (
     STEP_COSTS_FILE,
+    CostModel,
     cost_model_from_probe,
     cost_model_from_throughput,
     probe_step_costs,
 )
-from tree_search.trajectories import CALIBRATION_FILE, load_calibration
+from tree_search.trajectories import CALIBRATION_FILE, Calibration, load_calibration
 
 CALIBRATE_DIR = "calibrate"
 
@@ -171,6 +172,122 @@ def _cached_probe(path: Path, probe_cfg, trees: Sequence[tuple[str, Tree]], prog
                        reused)
 
 
+def _load_heldout(heldout: str, folder: Path, settings: dict[str, Any],
+                  calibration: Calibration) -> tuple[Path, dict[str, Any], Calibration]:
+    """(folder, settings, calibration) of `--heldout`: the same model, heads and dtype as the frontier
+    folder, over other prompts."""
+    from tree_search.debias import read_frontier
+
+    held_folder = Path(heldout)
+    held_settings, _ = read_frontier(held_folder)
+    if settings_difference({k: settings.get(k) for k in ("model", "heads", "dtype")},
+                           {k: held_settings.get(k) for k in ("model", "heads", "dtype")}):
+        raise EntMTPError(f"--heldout {held_folder} was made with another model, heads or dtype than {folder}")
+    held = load_calibration(held_folder / CALIBRATION_FILE)
+    overlap = {t.id for t in held.trajectories} & {t.id for t in calibration.trajectories}
+    if overlap:
+        raise EntMTPError(f"--heldout {held_folder} shares {len(overlap)} prompts with the calibration "
+                          f"(e.g. {sorted(overlap)[0]}): use another split (--split test)")
+    return held_folder, held_settings, held
+
+
+def _sweep_trees(bank: BankFile, throughput: dict[str, Any], candidates: str,
+                 log: Callable[[str], None]) -> tuple[list[str], list[tuple[str, Tree]], dict[str, dict[str, Any]]]:
+    """(base, trees, pool entries): the bank's own trees (without those an earlier calibration added),
+    the trees the sweep may use (`--candidates timed`: also the timed frontier trees), and every one of
+    them as a bank-file tree entry (the timed ones with their measured τ and tok/s)."""
+    if candidates not in ("bank", "timed"):
+        raise EntMTPError(f"--candidates must be bank or timed (got {candidates!r})")
+    added_before = set(bank.metadata.get("calibration_added_trees") or [])
+    base_entries = [t for t in bank.trees if t.name not in added_before]
+    base = [t.name for t in base_entries]
+    trees = [(t.name, t.tree()) for t in base_entries]
+    timed_entries: dict[str, dict[str, Any]] = {}
+    for row in throughput["rows"]:
+        if row["frontier"] and row["name"] not in base:
+            timed_entries[row["name"]] = {"name": row["name"], "choices": row["choices"], "measured": {
+                "accept_length": max(1.0, row["tau"]), "tokens_per_second": row["tokens_per_second"],
+                "nodes": row["size"] + 1, "steps": row["steps"] or None}}
+    if candidates == "timed" or len(trees) < 2:
+        trees += [(name, Tree.from_choices(e["choices"])) for name, e in timed_entries.items()]
+        log(f"sweep trees: bank {base} + timed frontier trees {list(timed_entries)}")
+    pool_entries = {t.name: t.model_dump(mode="json") for t in base_entries} | timed_entries
+    return base, trees, pool_entries
+
+
+def _swept_feature_values(per_step: Sequence[dict[str, Any]], trees: Sequence[tuple[str, Tree]]) -> dict[str, list]:
+    """Observed values of the features swept besides the path value (`SWEPT_FEATURES` present at every
+    step, e.g. head_top1_1 in banks with heads; with hybrid trees the lookup features too)."""
+    others = {f: [step["features"][f] for step in per_step] for f in SWEPT_FEATURES
+              if all(f in step["features"] for step in per_step)}  # head_top1_1: banks with heads
+    if any(tree.lookup_length for _, tree in trees):  # hybrid trees: thresholds on the lookup features too
+        for f in ("lookup_match", "lookup_accept_rate"):
+            others[f] = [step["features"].get(f, 0.0) for step in per_step]
+    return others
+
+
+def _heldout_replay(compared: Sequence[tuple[str, dict[str, Any] | None]], trees: Sequence[tuple[str, Tree]],
+                    base: Sequence[str], costs: CostModel, held_folder: Path, held: Calibration,
+                    held_features: Sequence[PositionFeatures]) -> dict[str, Any]:
+    """The `compared` policies (the first one: EntMTP*) replayed over the held-out trajectories."""
+    held_rows, seen = [], set()
+    for title, r in compared:
+        if r is None or r["policy"] in seen:
+            continue
+        seen.add(r["policy"])
+        result = replay(r["config"], final_trees(r["config"], trees, base), held, held_features)
+        held_rows.append({"name": title, "policy": r["policy"], "tau": result.tau,
+                          "predicted_tokens_per_second": costs.tokens_per_second(result),
+                          "calibration_predicted_tokens_per_second": r["predicted_tokens_per_second"]})
+    static_tps = held_rows[0]["predicted_tokens_per_second"]
+    for row in held_rows:
+        row["vs_static"] = row["predicted_tokens_per_second"] / static_tps
+    return {"frontier": str(held_folder), "prompts": held.num_prompts, "rows": held_rows}
+
+
+def _table1(config: CalibrateConfig, settings: dict[str, Any], throughput: dict[str, Any],
+            compared: Sequence[tuple[str, dict[str, Any] | None]], static: dict[str, Any],
+            method_for: Callable[[dict[str, Any]], str], run: Callable[[Any], dict[str, Any]],
+            log: Callable[[str], None]) -> dict[str, Any]:
+    """The held-out Table-1 analogue: AR, the published reference tree and the `compared` policies
+    (`method_for`: their `bank:FILE` methods) on `--test-n` test prompts (`run`: the offline bench,
+    cached), each paired with EntMTP* (`static`)."""
+    from tree_search.throughput import bench_config, method_row
+
+    reference = config.reference or throughput.get("reference")
+    if reference and reference.lower() == "none":
+        reference = None
+    methods = ["ar"]
+    named = {}
+    if reference:
+        cand = throughput["outputs"].get("candidates")
+        methods.append(f"tree:{cand}#{reference}")
+        named[methods[-1]] = f"{reference} (published)"
+    for title, r in compared:
+        if r is not None and method_for(r) not in methods:
+            methods.append(method_for(r))
+            named[methods[-1]] = f"{title}: {r['policy']}"
+    cfg = bench_config(settings, methods, dtype=config.dtype, num_prompts=config.test_n, split="test", seed=None,
+                       max_tokens=config.max_tokens, threads=config.threads)
+    cfg.extra = {"policies": {m: named[m] for m in methods[1:]}}
+    log(f"held-out run: {len(methods)} methods on {config.test_n} test prompts, {config.dtype}")
+    test = run(cfg)
+    table1 = {"num_prompts": test["num_prompts"], "machine": test["machine"], "rows": [
+        {"name": named.get(m, "AR"), **method_row(m, test["methods"][m])} for m in methods]}
+    static_method = method_for(static)
+    for m, row in zip(methods, table1["rows"]):
+        if m not in ("ar", static_method):
+            row["vs_static"] = paired_speed(test["methods"][m], test["methods"][static_method])
+    same_prompts = (throughput["split"] == "test" and throughput["num_prompts"] == test["num_prompts"]
+                    and throughput["bench"]["seed"] == test["config"]["seed"])
+    if reference is None and throughput.get("reference") and same_prompts:
+        ref = next(r for r in throughput["rows"] if r["name"] == throughput["reference"])
+        table1["rows"].insert(1, {"name": f"{ref['name']} (published; from the throughput run, same prompts)",
+                                  "from_throughput_run": True, **{k: ref[k] for k in (
+                                      "method", "tokens_per_second", "speedup", "tau", "mean_nodes")}})
+    return table1
+
+
 def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[[str], None] | None = None,
                   resources=None, bench: Callable[..., dict[str, Any]] | None = None) -> dict[str, Any]:
     from entmtp_vllm.bench.offline import run_offline
@@ -191,18 +308,7 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
     folder = Path(config.frontier)
     settings, _ = read_frontier(folder)
     calibration = load_calibration(folder / CALIBRATION_FILE)
-    held = None  # --heldout: checked now, replayed after the sweep
-    if config.heldout:
-        held_folder = Path(config.heldout)
-        held_settings, _ = read_frontier(held_folder)
-        if settings_difference({k: settings.get(k) for k in ("model", "heads", "dtype")},
-                               {k: held_settings.get(k) for k in ("model", "heads", "dtype")}):
-            raise EntMTPError(f"--heldout {held_folder} was made with another model, heads or dtype than {folder}")
-        held = load_calibration(held_folder / CALIBRATION_FILE)
-        overlap = {t.id for t in held.trajectories} & {t.id for t in calibration.trajectories}
-        if overlap:
-            raise EntMTPError(f"--heldout {held_folder} shares {len(overlap)} prompts with the calibration "
-                              f"(e.g. {sorted(overlap)[0]}): use another split (--split test)")
+    held = _load_heldout(config.heldout, folder, settings, calibration) if config.heldout else None  # replayed later
     throughput_path = Path(config.throughput or bank.metadata.get("throughput") or bank_path.parent / "throughput.json")
     if not throughput_path.is_file():
         raise EntMTPError(f"no throughput results at {throughput_path}: run `entmtp search throughput` first "
@@ -212,22 +318,7 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(config.threads)
 
-    if config.candidates not in ("bank", "timed"):
-        raise EntMTPError(f"--candidates must be bank or timed (got {config.candidates!r})")
-    added_before = set(bank.metadata.get("calibration_added_trees") or [])
-    base_entries = [t for t in bank.trees if t.name not in added_before]
-    base = [t.name for t in base_entries]
-    trees = [(t.name, t.tree()) for t in base_entries]
-    timed_entries: dict[str, dict[str, Any]] = {}
-    for row in throughput["rows"]:
-        if row["frontier"] and row["name"] not in base:
-            timed_entries[row["name"]] = {"name": row["name"], "choices": row["choices"], "measured": {
-                "accept_length": max(1.0, row["tau"]), "tokens_per_second": row["tokens_per_second"],
-                "nodes": row["size"] + 1, "steps": row["steps"] or None}}
-    if config.candidates == "timed" or len(trees) < 2:
-        trees += [(name, Tree.from_choices(e["choices"])) for name, e in timed_entries.items()]
-        log(f"sweep trees: bank {base} + timed frontier trees {list(timed_entries)}")
-    pool_entries = {t.name: t.model_dump(mode="json") for t in base_entries} | timed_entries
+    base, trees, pool_entries = _sweep_trees(bank, throughput, config.candidates, log)
     reused_runs: list[float | None] = []  # wall times of engine runs reused from the cache (None: not recorded)
     step_costs = None
     if config.cost_prompts > 0:
@@ -252,11 +343,7 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
     observed = replay(best_static["config"], final_trees(best_static["config"], trees, base), calibration, features,
                       detail=True)
     s_values = [step["features"]["path_value"] for step in observed.per_step]
-    others = {f: [step["features"][f] for step in observed.per_step] for f in SWEPT_FEATURES
-              if all(f in step["features"] for step in observed.per_step)}  # head_top1_1: banks with heads
-    if any(tree.lookup_length for _, tree in trees):  # hybrid trees: thresholds on the lookup features too
-        for f in ("lookup_match", "lookup_accept_rate"):
-            others[f] = [step["features"].get(f, 0.0) for step in observed.per_step]
+    others = _swept_feature_values(observed.per_step, trees)
     rows = sweep(policy_grid(trees, s_values, others), trees, calibration, features, costs, base)
     sweep_s = time.perf_counter() - sweep_started
     best_static = best_of(rows, "static")
@@ -322,57 +409,19 @@ def run_calibrate(config: CalibrateConfig, progress: bool = True, log: Callable[
     # 5. held-out replay: the policies chosen above, over another folder's trajectories
     heldout = None
     if held is not None:
-        held_features = build_features(held, resources.load, out / "heldout_features.jsonl",
-                                       feature_settings(held_folder, held_settings, held), progress)
-        held_rows, seen = [], set()
-        for title, r in compared + [("chosen", chosen)]:
-            if r is None or r["policy"] in seen:
-                continue
-            seen.add(r["policy"])
-            result = replay(r["config"], final_trees(r["config"], trees, base), held, held_features)
-            held_rows.append({"name": title, "policy": r["policy"], "tau": result.tau,
-                              "predicted_tokens_per_second": costs.tokens_per_second(result),
-                              "calibration_predicted_tokens_per_second": r["predicted_tokens_per_second"]})
-        static_tps = held_rows[0]["predicted_tokens_per_second"]
-        for row in held_rows:
-            row["vs_static"] = row["predicted_tokens_per_second"] / static_tps
-        heldout = {"frontier": str(held_folder), "prompts": held.num_prompts, "rows": held_rows}
-        log(f"held-out replay over {held.num_prompts} prompts of {held_folder}")
+        held_folder, held_settings, held_calibration = held
+        held_features = build_features(held_calibration, resources.load, out / "heldout_features.jsonl",
+                                       feature_settings(held_folder, held_settings, held_calibration), progress)
+        heldout = _heldout_replay(compared + [("chosen", chosen)], trees, base, costs, held_folder, held_calibration,
+                                  held_features)
+        log(f"held-out replay over {held_calibration.num_prompts} prompts of {held_folder}")
 
     # 6. held-out Table-1 analogue
     table1 = None
     if config.test_n > 0:
-        reference = config.reference or throughput.get("reference")
-        if reference and reference.lower() == "none":
-            reference = None
-        methods = ["ar"]
-        named = {}
-        if reference:
-            cand = throughput["outputs"].get("candidates")
-            methods.append(f"tree:{cand}#{reference}")
-            named[methods[-1]] = f"{reference} (published)"
-        for title, r in compared:
-            if r is not None and method_for(r) not in methods:
-                methods.append(method_for(r))
-                named[methods[-1]] = f"{title}: {r['policy']}"
-        cfg = bench_config(settings, methods, dtype=config.dtype, num_prompts=config.test_n, split="test", seed=None,
-                           max_tokens=config.max_tokens, threads=config.threads)
-        cfg.extra = {"policies": {m: named[m] for m in methods[1:]}}
-        log(f"held-out run: {len(methods)} methods on {config.test_n} test prompts, {config.dtype}")
-        test = _cached_offline(out / "test_offline.json", cfg, bench, progress, log, reused_runs)
-        table1 = {"num_prompts": test["num_prompts"], "machine": test["machine"], "rows": [
-            {"name": named.get(m, "AR"), **method_row(m, test["methods"][m])} for m in methods]}
-        static_method = method_for(best_static_sel)
-        for m, row in zip(methods, table1["rows"]):
-            if m not in ("ar", static_method):
-                row["vs_static"] = paired_speed(test["methods"][m], test["methods"][static_method])
-        same_prompts = (throughput["split"] == "test" and throughput["num_prompts"] == test["num_prompts"]
-                        and throughput["bench"]["seed"] == test["config"]["seed"])
-        if reference is None and throughput.get("reference") and same_prompts:
-            ref = next(r for r in throughput["rows"] if r["name"] == throughput["reference"])
-            table1["rows"].insert(1, {"name": f"{ref['name']} (published; from the throughput run, same prompts)",
-                                      "from_throughput_run": True, **{k: ref[k] for k in (
-                                          "method", "tokens_per_second", "speedup", "tau", "mean_nodes")}})
+        table1 = _table1(config, settings, throughput, compared, best_static_sel, method_for,
+                         lambda cfg: _cached_offline(out / "test_offline.json", cfg, bench, progress, log, reused_runs),
+                         log)
 
     results = {
         "calibrate": "scheduler calibration by replay over the calibration trajectories (greedy)",
