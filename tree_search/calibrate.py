@@ -42,6 +42,10 @@ hybrid trees, on the lookup features `lookup_match` and `lookup_accept_rate` (`H
 replays the lookup drafter, its features and the cut chains exactly as the engines run them; a
 test checks it against `ReferenceEngine`); ladders over the bank sorted by size (every three of
 them, and all) with edges at quantiles of s and of `head_top1_1` (uniform, low- and high-skewed).
+
+Files: `position_features.py` (step 1), `replay.py` (step 2), `step_costs.py` (step 3: the probe and
+`CostModel`), `policy_grid.py` (the policies swept, the sweep), `calibrate_report.py` (outputs);
+this module runs the stage and writes the chosen policy into the bank.
 """
 
 from __future__ import annotations

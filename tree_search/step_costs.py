@@ -14,6 +14,9 @@ running) this gave `n4` at 1.098× `n2`'s step time, like 1.097× in a 16-prompt
 kind on test prompts; with another calibrate sharing the machine it gave 1.110×. The earlier
 probe, one engine drawing a random tree at every step, gave 1.121×: enough to turn the choice
 of the best static tree (docs/search/README.md).
+
+`CostModel` turns the costs (from this probe, or from `search throughput`'s runs) into a replayed
+policy's predicted time and tok/s.
 """
 
 from __future__ import annotations
