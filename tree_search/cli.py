@@ -119,19 +119,36 @@ def add_prompt_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-path", help="local JSONL file (gsm8k, spec_bench) or a hub id when online")
 
 
+def _add_action(sub: argparse._SubParsersAction, name: str, help: str, description: str) -> argparse.ArgumentParser:
+    """A subcommand whose description keeps its line breaks."""
+    return sub.add_parser(name, help=help, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def _add_frontier_sizes(parser: argparse.ArgumentParser) -> None:
+    """--frontier and --sizes of the stages that take chosen frontier trees (debias, throughput)."""
+    parser.add_argument("--frontier", required=True, help="a folder written by `search frontier`")
+    parser.add_argument("--sizes", help="comma-separated frontier sizes (default: the bank sizes it reached)")
+
+
+def _add_run_options(parser: argparse.ArgumentParser, out_help: str, out_required: bool = False) -> None:
+    """--out, --threads and --no-progress: the last options of every stage."""
+    parser.add_argument("--out", required=out_required, help=out_help)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
 def add_actions(sub: argparse._SubParsersAction) -> None:
-    """The `frontier` and `debias` subcommands."""
+    """Every `search` subcommand (the stages, cost-curve, rerank, summary)."""
     from entmtp_vllm.engine.defaults import DTYPE_CHOICES
     from entmtp_vllm.prompts import SPLITS
 
     from tree_search.frontier import DEFAULT_BANK_SIZES, REFERENCE_TREE
     from tree_search.scoring import SCORERS
 
-    frontier = sub.add_parser(
-        "frontier",
-        help="grow the acceptance frontier (Algorithm 1) and write a bank of its trees",
-        description=FRONTIER_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    frontier = _add_action(
+        sub, "frontier",
+        "grow the acceptance frontier (Algorithm 1) and write a bank of its trees",
+        FRONTIER_DESCRIPTION,
     )
     frontier.add_argument("--dataset", required=True, help="calibration prompt set, e.g. mt_bench, humaneval, gsm8k")
     add_prompt_args(frontier)
@@ -155,35 +172,27 @@ def add_actions(sub: argparse._SubParsersAction) -> None:
                           "(default: %(default)s)")
     frontier.add_argument("--bank-sizes", default=",".join(map(str, DEFAULT_BANK_SIZES)),
                           help="frontier sizes to save in bank.json, as trees n<size> (default: %(default)s)")
-    frontier.add_argument("--out", required=True, help="run folder (logs, caches and outputs; rerun to resume)")
-    frontier.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
-    frontier.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_run_options(frontier, "run folder (logs, caches and outputs; rerun to resume)", out_required=True)
     frontier.set_defaults(func=run_frontier_cmd)
 
-    debias = sub.add_parser(
-        "debias",
-        help="re-measure frontier trees with the reference engine (self-rollout) and compare",
-        description=DEBIAS_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    debias = _add_action(
+        sub, "debias",
+        "re-measure frontier trees with the reference engine (self-rollout) and compare",
+        DEBIAS_DESCRIPTION,
     )
-    debias.add_argument("--frontier", required=True, help="a folder written by `search frontier`")
-    debias.add_argument("--sizes", help="comma-separated frontier sizes (default: the bank sizes it reached)")
+    _add_frontier_sizes(debias)
     debias.add_argument("--reference", help="also self-roll a published tree (same forms as `frontier --reference`)")
     debias.add_argument("-n", "--num-prompts", type=int,
                         help="only the first N calibration prompts (default: all; biased τ is recomputed on them)")
-    debias.add_argument("--out", help="where debias.md / debias.json / bank_debiased.json go (default: the frontier folder)")
-    debias.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
-    debias.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_run_options(debias, "where debias.md / debias.json / bank_debiased.json go (default: the frontier folder)")
     debias.set_defaults(func=run_debias_cmd)
 
-    throughput = sub.add_parser(
-        "throughput",
-        help="time frontier trees end to end; keep the throughput-Pareto trees as the task's bank",
-        description=THROUGHPUT_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    throughput = _add_action(
+        sub, "throughput",
+        "time frontier trees end to end; keep the throughput-Pareto trees as the task's bank",
+        THROUGHPUT_DESCRIPTION,
     )
-    throughput.add_argument("--frontier", required=True, help="a folder written by `search frontier`")
-    throughput.add_argument("--sizes", help="comma-separated frontier sizes (default: the bank sizes it reached)")
+    _add_frontier_sizes(throughput)
     throughput.add_argument("--reference", default=REFERENCE_TREE,
                             help="published tree to time too (same forms as `frontier --reference`; 'none' for none; "
                             "default: %(default)s)")
@@ -193,16 +202,13 @@ def add_actions(sub: argparse._SubParsersAction) -> None:
                             help="prompt split of the frontier's data set (default: %(default)s, held out)")
     throughput.add_argument("--seed", type=int, help="subsampling seed (default: the frontier's)")
     throughput.add_argument("--max-tokens", type=int, help="new tokens per prompt (default: the frontier's)")
-    throughput.add_argument("--out", help="output folder (default: <frontier>/throughput)")
-    throughput.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
-    throughput.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_run_options(throughput, "output folder (default: <frontier>/throughput)")
     throughput.set_defaults(func=run_throughput_cmd)
 
-    calibrate = sub.add_parser(
-        "calibrate",
-        help="choose the scheduler (EntMTP^τ hysteresis, ladder) for a bank and write it into the bank",
-        description=CALIBRATE_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    calibrate = _add_action(
+        sub, "calibrate",
+        "choose the scheduler (EntMTP^τ hysteresis, ladder) for a bank and write it into the bank",
+        CALIBRATE_DESCRIPTION,
     )
     calibrate.add_argument("--bank", required=True, help="bank file to calibrate (e.g. <frontier>/throughput/bank_throughput.json); "
                            "its `policy` is replaced")
@@ -233,16 +239,13 @@ def add_actions(sub: argparse._SubParsersAction) -> None:
                            help="also replay the best policies over this frontier folder's trajectories, made on "
                            "other prompts (e.g. `entmtp search frontier --split test -n 40 --budget 4 ...`): "
                            "held-out τ and predicted tok/s, every policy on the same tokens")
-    calibrate.add_argument("--out", help="output folder (default: <frontier>/calibrate)")
-    calibrate.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
-    calibrate.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_run_options(calibrate, "output folder (default: <frontier>/calibrate)")
     calibrate.set_defaults(func=run_calibrate_cmd)
 
-    regimes = sub.add_parser(
-        "regimes",
-        help="per-step features vs the next accept length: Pearson r, AUROC (split by prompt)",
-        description=REGIMES_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    regimes = _add_action(
+        sub, "regimes",
+        "per-step features vs the next accept length: Pearson r, AUROC (split by prompt)",
+        REGIMES_DESCRIPTION,
     )
     regimes.add_argument("--frontier", help="the frontier folder (its calibration prompts)")
     regimes.add_argument("--tree", default="n16", help="static tree: a frontier size n<k>, or a tree source "
@@ -260,14 +263,12 @@ def add_actions(sub: argparse._SubParsersAction) -> None:
                          help="with --source replay: prompts also run in the engine to compare (default: %(default)s)")
     regimes.add_argument("--combine", nargs="+", metavar="REGIMES_JSON",
                          help="instead: merge these regimes.json files into one heatmap + table in --out")
-    regimes.add_argument("--out", help="output folder (default: <frontier>/regimes)")
-    regimes.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
-    regimes.add_argument("--no-progress", action="store_true", help="no progress bars")
+    _add_run_options(regimes, "output folder (default: <frontier>/regimes)")
     regimes.set_defaults(func=run_regimes_cmd)
 
-    curve = sub.add_parser(
-        "cost-curve", help="measure the step-cost curve (verify n tokens for a batch of B, relative to 1) of a model shape",
-        description=COST_CURVE_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+    curve = _add_action(
+        sub, "cost-curve", "measure the step-cost curve (verify n tokens for a batch of B, relative to 1) of a model shape",
+        COST_CURVE_DESCRIPTION,
     )
     curve.add_argument("--shape", default="smollm2-135m",
                        help="a named shape (smollm2-135m, llama-7b) or a model folder / config.json (default: %(default)s)")
@@ -282,9 +283,9 @@ def add_actions(sub: argparse._SubParsersAction) -> None:
     curve.add_argument("--no-progress", action="store_true")
     curve.set_defaults(func=run_cost_curve_cmd)
 
-    rerank = sub.add_parser(
-        "rerank", help="re-rank a frontier bank's trees for other hardware from a step-cost curve (no decoding)",
-        description=RERANK_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+    rerank = _add_action(
+        sub, "rerank", "re-rank a frontier bank's trees for other hardware from a step-cost curve (no decoding)",
+        RERANK_DESCRIPTION,
     )
     rerank.add_argument("bank", help="an entmtp-bank with measured accept lengths (frontier bank.json, bank_debiased.json)")
     rerank.add_argument("--cost-curve", required=True, help="a curve written by `search cost-curve`")
@@ -303,6 +304,12 @@ def add_actions(sub: argparse._SubParsersAction) -> None:
     summary.add_argument("--runs", nargs="+", required=True, help="run folders, e.g. runs/search/mt_bench runs/search/sharegpt")
     summary.add_argument("--out", required=True, help="output folder, e.g. docs/search")
     summary.set_defaults(func=run_summary_cmd)
+
+
+def _wrote(outputs: dict[str, str], note: str = "") -> int:
+    """The files a command wrote, on stderr (its report went to stdout); exit status 0."""
+    print("wrote " + ", ".join(outputs.values()) + note, file=sys.stderr)
+    return 0
 
 
 def _bank_sizes(text: str) -> tuple[int, ...]:
@@ -326,8 +333,7 @@ def run_frontier_cmd(args: argparse.Namespace) -> int:
     )
     results = run_frontier(config, progress=not args.no_progress)
     print(frontier_markdown(results), end="")
-    print("wrote " + ", ".join(results["outputs"].values()), file=sys.stderr)
-    return 0
+    return _wrote(results["outputs"])
 
 
 def run_debias_cmd(args: argparse.Namespace) -> int:
@@ -336,8 +342,7 @@ def run_debias_cmd(args: argparse.Namespace) -> int:
     results = run_debias(args.frontier, parse_sizes(args.sizes), args.out, args.reference, args.threads,
                          progress=not args.no_progress, num_prompts=args.num_prompts)
     print(debias_markdown(results), end="")
-    print("wrote " + ", ".join(results["outputs"].values()), file=sys.stderr)
-    return 0
+    return _wrote(results["outputs"])
 
 
 def run_throughput_cmd(args: argparse.Namespace) -> int:
@@ -352,12 +357,12 @@ def run_throughput_cmd(args: argparse.Namespace) -> int:
                               max_tokens=args.max_tokens, threads=args.threads)
     results = run_throughput(config, progress=not args.no_progress)
     print(throughput_markdown(results), end="")
-    print("wrote " + ", ".join(results["outputs"].values()), file=sys.stderr)
-    return 0
+    return _wrote(results["outputs"])
 
 
 def run_calibrate_cmd(args: argparse.Namespace) -> int:
-    from tree_search.calibrate import CalibrateConfig, calibrate_markdown, run_calibrate
+    from tree_search.calibrate import CalibrateConfig, run_calibrate
+    from tree_search.calibrate_report import calibrate_markdown
 
     _threads(args.threads)
     config = CalibrateConfig(bank=args.bank, frontier=args.frontier, throughput=args.throughput, out=args.out,
@@ -367,20 +372,19 @@ def run_calibrate_cmd(args: argparse.Namespace) -> int:
                              cost_prompts=args.cost_prompts)
     results = run_calibrate(config, progress=not args.no_progress)
     print(calibrate_markdown(results), end="")
-    print("wrote " + ", ".join(results["outputs"].values()) + f"; policy written to {args.bank}", file=sys.stderr)
-    return 0
+    return _wrote(results["outputs"], f"; policy written to {args.bank}")
 
 
 def run_regimes_cmd(args: argparse.Namespace) -> int:
-    from tree_search.regimes import RegimesConfig, combine, regimes_markdown, run_regimes
+    from tree_search.regimes import RegimesConfig, run_regimes
+    from tree_search.regimes_report import combine, regimes_markdown
 
     if args.combine:
         if not args.out:
             raise EntMTPError("--combine needs --out FOLDER")
         written = combine(args.combine, args.out)
         print(Path(written["markdown"]).read_text(encoding="utf-8"), end="")
-        print("wrote " + ", ".join(written.values()), file=sys.stderr)
-        return 0
+        return _wrote(written)
     if not args.frontier:
         raise EntMTPError("give --frontier FOLDER (or --combine REGIMES_JSON ... --out FOLDER)")
     _threads(args.threads)
@@ -389,8 +393,7 @@ def run_regimes_cmd(args: argparse.Namespace) -> int:
                            threads=args.threads, lookup=not args.no_lookup, source=args.source, check_n=args.check_n)
     results = run_regimes(config, progress=not args.no_progress)
     print(regimes_markdown(results), end="")
-    print("wrote " + ", ".join(results["outputs"].values()), file=sys.stderr)
-    return 0
+    return _wrote(results["outputs"])
 
 
 def run_cost_curve_cmd(args: argparse.Namespace) -> int:
@@ -416,8 +419,7 @@ def run_rerank_cmd(args: argparse.Namespace) -> int:
 
     written = rerank_bank(args.bank, args.cost_curve, args.out, args.batch)
     print(Path(written["markdown"]).read_text(encoding="utf-8"), end="")
-    print("wrote " + ", ".join(written.values()), file=sys.stderr)
-    return 0
+    return _wrote(written)
 
 
 def run_summary_cmd(args: argparse.Namespace) -> int:

@@ -28,17 +28,16 @@ from entmtp_vllm.bank_file import BankFile, load_bank, save_bank
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.tree import Tree
 
-from tree_search.calibration import load_calibration
-from tree_search.resumable import append_jsonl, read_jsonl, rewrite_jsonl
+from tree_search.trajectories import CALIBRATION_FILE, load_calibration
+from tree_search.resumable import append_jsonl, read_jsonl, resume_jsonl, rewrite_jsonl
 from tree_search.frontier import (
-    CALIBRATION_LOG,
     DEFAULT_BANK_SIZES,
     FRONTIER_LOG,
     FrontierStep,
-    Resources,
     bank_sizes_within,
     resolve_reference,
 )
+from tree_search.resources import Resources
 from tree_search.scoring import RankScorer
 
 
@@ -67,11 +66,6 @@ def parse_sizes(text: str | None) -> list[int] | None:
     return sizes
 
 
-def _raw_setting(value: str, default_prefix: str) -> str | None:
-    """A model / heads setting as the loaders take it (the log keeps a readable label)."""
-    return None if value.startswith(default_prefix) else value
-
-
 ROLLOUTS = "debias_rollouts.jsonl"
 
 
@@ -81,10 +75,7 @@ def _key(tree: Tree) -> str:
 
 def _open_rollouts(path: Path, settings: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, Any]]:
     """Finished (tree name, tree, prompt id) rollouts of an earlier run with the same settings."""
-    old, records, truncated = read_jsonl(path, "debias rollouts")
-    if old is None or old != json.loads(json.dumps(settings)):
-        rewrite_jsonl(path, settings, [])
-        return {}
+    records, truncated = resume_jsonl(path, "debias rollouts", settings, "rollout", None)  # other settings: start over
     if truncated:
         rewrite_jsonl(path, settings, records)
     return {(r["tree"], json.dumps(r["choices"]), r["id"]): r for r in records if r.get("kind") == "rollout"}
@@ -132,7 +123,7 @@ def run_debias(
         raise EntMTPError(f"size {missing[0]} is not on the frontier in {folder}: it has sizes 1..{reached}")
     if threads < 1:
         raise EntMTPError(f"--threads must be at least 1 (got {threads})")
-    calibration = load_calibration(folder / CALIBRATION_LOG)
+    calibration = load_calibration(folder / CALIBRATION_FILE)
     subset = num_prompts is not None and num_prompts < calibration.num_prompts
     if num_prompts is not None and num_prompts < 1:
         raise EntMTPError(f"-n must be at least 1 (got {num_prompts})")
@@ -148,8 +139,7 @@ def run_debias(
         trees.append((found[0], found[1], None))
 
     torch.set_num_threads(threads)
-    resources = resources or Resources(_raw_setting(settings["model"], "embedded"),
-                                       _raw_setting(settings["heads"], "shipped"), settings["dtype"])
+    resources = resources or Resources.of_frontier(settings, settings["dtype"])
     teacher = RankScorer(calibration)
     started = time.perf_counter()
     out_dir = Path(out) if out is not None else folder

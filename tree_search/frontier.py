@@ -37,14 +37,14 @@ from typing import Any, Callable
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.tree import LOOKUP, Tree
 
-from tree_search.calibration import CALIBRATION_REFUSAL, PromptIds, build_calibration
-from tree_search.resumable import append_jsonl, read_jsonl, resume_jsonl, rewrite_jsonl, settings_difference
+from tree_search.resources import Resources
+from tree_search.resumable import append_jsonl, resume_jsonl, rewrite_jsonl
 from tree_search.scoring import SCORERS, RolloutScore, make_scorer
+from tree_search.trajectories import CALIBRATION_FILE, CALIBRATION_REFUSAL, PromptIds, build_calibration
 
 Path_ = tuple[int, ...]
 
 FRONTIER_LOG = "frontier.jsonl"
-CALIBRATION_LOG = "calibration.jsonl"
 DEFAULT_BANK_SIZES = (4, 8, 16, 32, 64)
 REFERENCE_TREE = "mc_sim_7b_63"
 REFERENCE_FILE = "trees/medusa_hydra_trees.json"
@@ -260,52 +260,6 @@ class FrontierConfig:
     """Longest prompt-lookup chain the growth may add (hybrid trees); 0: heads only."""
 
 
-class Resources:
-    """Model, tokenizer and drafter, loaded on first use (a resumed run may need none)."""
-
-    def __init__(self, model_name: str | None = None, heads: str | None = None, dtype: str = "float32",
-                 model=None, tokenizer=None, drafter=None) -> None:
-        self.model_name, self.heads, self.dtype = model_name, heads, dtype
-        self._model, self._tokenizer, self._drafter = model, tokenizer, drafter
-
-    @property
-    def num_heads(self) -> int:
-        if self._drafter is not None:
-            return self._drafter.max_depth
-        from entmtp_vllm.engine.loading import default_heads_folder
-        from entmtp_vllm.heads.checkpoint import read_heads_config
-
-        folder = Path(self.heads) if self.heads is not None else default_heads_folder("hydra")
-        if not folder.exists():
-            raise EntMTPError(f"no heads at {folder}: pass --heads FOLDER (a folder with heads.safetensors + heads.json)")
-        return int(read_heads_config(folder)["num_heads"])
-
-    @property
-    def tokenizer(self):
-        if self._tokenizer is None:
-            if self._model is not None:
-                raise EntMTPError("a tokenizer is needed to encode the prompts")
-            from transformers import AutoTokenizer
-
-            from entmtp_vllm.model_store import resolve_model
-
-            self._tokenizer = AutoTokenizer.from_pretrained(resolve_model(self.model_name))
-        return self._tokenizer
-
-    def load(self):
-        """(model, tokenizer, drafter)."""
-        if self._model is None:
-            from entmtp_vllm.engine.loading import load_target
-
-            self._model, tokenizer = load_target(self.model_name, self.dtype)
-            self._tokenizer = self._tokenizer or tokenizer
-        if self._drafter is None:
-            from entmtp_vllm.engine.loading import load_drafter
-
-            self._drafter = load_drafter(self.heads, self._model)
-        return self._model, self._tokenizer, self._drafter
-
-
 def resolve_reference(spec: str | None) -> tuple[tuple[str, Tree] | None, str | None]:
     """((name, tree) or None, note): the published tree named by `--reference`."""
     from entmtp_vllm.bank_file import load_tree_source
@@ -429,14 +383,9 @@ def run_frontier(config: FrontierConfig, resources: Resources | None = None, pro
 
     calibration_started = time.perf_counter()
     cal_settings = calibration_settings(settings, num_heads, rank_cap)
-    cal_path = out / CALIBRATION_LOG
-    cached, records, _ = read_jsonl(cal_path, "calibration cache")
-    if cached is not None and not any(r.get("kind") == "trajectory" for r in records):
-        cached, records = None, []  # nothing computed yet: `build_calibration` starts it over
-        cal_path.unlink()
-    if cached is not None and settings_difference(cached, cal_settings):
-        diff = "; ".join(settings_difference(cached, cal_settings))
-        raise EntMTPError(CALIBRATION_REFUSAL.format(path=cal_path, diff=diff))
+    cal_path = out / CALIBRATION_FILE
+    # refuses a cache made with other settings before any prompt is encoded (`build_calibration` resumes it)
+    records, _ = resume_jsonl(cal_path, "calibration cache", cal_settings, "trajectory", CALIBRATION_REFUSAL)
     done_ids = {r["id"] for r in records if r.get("kind") == "trajectory"}
     if all(p.id in done_ids for p in prompts) and any(r.get("kind") == "eos" for r in records):
         todo = [PromptIds(p.id, p.dataset, []) for p in prompts]  # all cached: no tokenizer needed

@@ -77,14 +77,21 @@ def append_jsonl(path: Path, record: dict[str, Any]) -> None:
         handle.flush()
 
 
+def made_with(path: Path, what: str, settings: dict[str, Any]) -> bool:
+    """Whether the file at `path` exists with a header of `settings` (no `settings_difference`)."""
+    old, _, _ = read_jsonl(path, what)
+    return old is not None and not settings_difference(old, settings)
+
+
 def resume_jsonl(path: Path, what: str, settings: dict[str, Any], kind: str,
-                 refusal: str) -> tuple[list[dict[str, Any]], bool]:
+                 refusal: str | None) -> tuple[list[dict[str, Any]], bool]:
     """(records, truncated) of the file at `path`, to resume a run made with `settings`.
 
     A missing or empty file, or one made with other settings that holds no `kind` record yet
     (nothing computed), starts over: a header of `settings` is written and no record returned.
     A file whose `kind` records were made with other settings is refused: an `EntMTPError` of
-    `refusal.format(path=path, diff=...)`, `diff` the `settings_difference` lines joined by `; `.
+    `refusal.format(path=path, diff=...)`, `diff` the `settings_difference` lines joined by `; `;
+    with `refusal` None it starts over instead (records of other settings are dropped).
     `truncated` (see `read_jsonl`): the caller rewrites the file with the records it keeps
     before appending after them.
     """
@@ -93,7 +100,7 @@ def resume_jsonl(path: Path, what: str, settings: dict[str, Any], kind: str,
         diff = settings_difference(old, settings)
         if not diff:
             return records, truncated
-        if any(r.get("kind") == kind for r in records):
+        if refusal is not None and any(r.get("kind") == kind for r in records):
             raise EntMTPError(refusal.format(path=path, diff="; ".join(diff)))
     rewrite_jsonl(path, settings, [])
     return [], False

@@ -11,7 +11,7 @@ accepted (nu's parent is in T and nu is not, so T's accepted path ends at nu's p
 Two scorers give the same numbers (a test checks it, and that both equal a separate
 verification of every T u {nu}):
 
-- `RankScorer` (default): the oracle rank paths of `calibration.py`; pure Python per step,
+- `RankScorer` (default): the oracle rank paths of `trajectories.py`; pure Python per step,
   no model call. A node is accepted iff its path is a prefix of the step's oracle rank path.
 - `ForwardScorer`: the literal definition, with the same conventions as the reference
   engine: the heads draft the joint tree (`TreeDrafter`), ONE target forward verifies it
@@ -42,7 +42,7 @@ from entmtp_vllm.lookup import LookupConfig, LookupMatch, PromptLookup
 from entmtp_vllm.topology import build_tree_buffers
 from entmtp_vllm.tree import LOOKUP, Tree, head_depth, lookup_length
 
-from tree_search.calibration import Calibration, verify_tree_at, walk
+from tree_search.trajectories import Calibration, verify_tree_at, walk
 
 Path_ = tuple[int, ...]
 SCORERS = ("rank", "forward")

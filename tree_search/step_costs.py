@@ -14,16 +14,23 @@ running) this gave `n4` at 1.098× `n2`'s step time, like 1.097× in a 16-prompt
 kind on test prompts; with another calibrate sharing the machine it gave 1.110×. The earlier
 probe, one engine drawing a random tree at every step, gave 1.121×: enough to turn the choice
 of the best static tree (docs/search/README.md).
+
+`CostModel` turns the costs (from this probe, or from `search throughput`'s runs) into a replayed
+policy's predicted time and tok/s.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
 
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.tree import Tree
+
+if TYPE_CHECKING:
+    from tree_search.replay import ReplayResult
 
 STEP_COSTS_FILE = "step_costs.json"
 
@@ -82,3 +89,42 @@ def probe_step_costs(bench_cfg, trees: Sequence[tuple[str, Tree]], progress: boo
                           "give it more prompts (--cost-prompts) or more tokens (--max-tokens)")
     return {"trees": rows, "prefill_ms_per_token": 1000 * prefill_s / max(prompt_tokens, 1),
             "prompts": len(prompts), "method": "static trees, a decode step each per turn", "dtype": bench_cfg.dtype}
+
+
+@dataclass
+class CostModel:
+    """Measured costs: seconds per decode step of each tree, prefill seconds per prompt token."""
+
+    step_s: dict[str, float]
+    prefill_s_per_token: float
+    source: str = ""
+
+    def seconds(self, result: ReplayResult) -> float:
+        missing = [name for name, n in result.tree_steps.items() if n and name not in self.step_s]
+        if missing:
+            raise EntMTPError(f"no measured step time for tree {missing[0]!r}: time it with `entmtp search throughput`")
+        decode = sum(n * self.step_s[name] for name, n in result.tree_steps.items() if n)
+        return self.prefill_s_per_token * result.prompt_tokens + decode
+
+    def tokens_per_second(self, result: ReplayResult) -> float:
+        seconds = self.seconds(result)
+        return result.tokens / seconds if seconds > 0 else 0.0
+
+
+def cost_model_from_throughput(throughput: dict[str, Any], trees: Sequence[tuple[str, Tree]]) -> CostModel:
+    """Step times of `trees` (matched to the timed trees by shape) from a throughput.json."""
+    by_shape = {tuple(map(tuple, Tree.from_choices(r["choices"]).choices)): r for r in throughput["rows"]}
+    step_s = {}
+    for name, tree in trees:
+        row = by_shape.get(tuple(map(tuple, tree.choices)))
+        if row is not None and row["step_ms"]:
+            step_s[name] = row["step_ms"] / 1000.0
+    rows = [throughput["ar"], *throughput["rows"]]
+    prefill = sum(r["prefill_s"] for r in rows) / max(sum(r["prompt_tokens"] for r in rows), 1)
+    return CostModel(step_s, prefill, throughput.get("outputs", {}).get("json", ""))
+
+
+def cost_model_from_probe(step_costs: dict[str, Any]) -> CostModel:
+    """Step times per tree and the prefill time per prompt token from a `probe_step_costs` result."""
+    return CostModel({name: row["step_ms"] / 1000.0 for name, row in step_costs["trees"].items()},
+                     step_costs["prefill_ms_per_token"] / 1000.0, STEP_COSTS_FILE)

@@ -28,7 +28,7 @@ from entmtp_vllm.bench.offline import parse_methods
 from entmtp_vllm.bench.paired import paired_speed, paired_text
 from entmtp_vllm.bench.timing import turns_text
 from entmtp_vllm.tree import Tree
-from tree_search.calibrate import policy_string
+from tree_search.policy_grid import policy_string
 
 COPY = [
     "frontier.md", "frontier.png", "bank.json", "debias.md", "bank_debiased.json",
@@ -150,15 +150,14 @@ def compare_table(tasks: Sequence[dict[str, Any]]) -> list[str]:
 
 def check_half_size(folder: Path) -> dict[str, Any] | None:
     """(a) on the calibration split: teacher-forced τ of frontier trees vs the reference's."""
-    from tree_search.calibration import load_calibration
-    from tree_search.frontier import CALIBRATION_LOG
+    from tree_search.trajectories import CALIBRATION_FILE, load_calibration
     from tree_search.scoring import RankScorer
 
     frontier = _load(folder / "frontier.json")
     if frontier is None or not frontier.get("reference") or "tau" not in frontier["reference"]:
         return None
     ref = frontier["reference"]
-    scorer = RankScorer(load_calibration(folder / CALIBRATION_LOG))
+    scorer = RankScorer(load_calibration(folder / CALIBRATION_FILE))
     half = ref["size"] // 2
     taus = {step["size"]: scorer.evaluate(Tree.from_choices(step["tree"])).tau for step in frontier["frontier"]}
     reaching = [size for size in sorted(taus) if taus[size] >= ref["tau"]]

@@ -33,6 +33,7 @@ from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.tree import Tree
 
 from tree_search.frontier import DEFAULT_BANK_SIZES, REFERENCE_TREE, bank_sizes_within, resolve_reference
+from tree_search.resources import frontier_model_heads
 
 THROUGHPUT_DIR = "throughput"
 CANDIDATES = "candidates.json"
@@ -78,21 +79,18 @@ class ThroughputConfig:
     threads: int = 1
 
 
-def _raw_setting(value: str | None, default_prefix: str) -> str | None:
-    return None if value is None or value.startswith(default_prefix) else value
-
-
 def bench_config(settings: dict[str, Any], methods: Sequence[str], *, dtype: str, num_prompts: int | None,
                  split: str, seed: int | None, max_tokens: int | None, threads: int):
     """An `OfflineBenchConfig` for the frontier's model, heads and data set (greedy)."""
     from entmtp_vllm.bench.offline import OfflineBenchConfig, parse_methods
 
+    model, heads = frontier_model_heads(settings)
     return OfflineBenchConfig(
         datasets=[settings["dataset"]], methods=parse_methods(list(methods)), num_prompts=num_prompts,
         seed=settings["seed"] if seed is None else seed, split=split, category=settings.get("category"),
         data_path=settings.get("data_path"), max_tokens=settings["max_tokens"] if max_tokens is None else max_tokens,
-        model=_raw_setting(settings["model"], "embedded"), dtype=dtype, threads=threads, temperature=0.0,
-        acceptance="greedy", heads=_raw_setting(settings["heads"], "shipped"), raw=bool(settings.get("raw", False)),
+        model=model, dtype=dtype, threads=threads, temperature=0.0,
+        acceptance="greedy", heads=heads, raw=bool(settings.get("raw", False)),
     )
 
 

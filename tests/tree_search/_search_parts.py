@@ -14,7 +14,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from entmtp_vllm.heads import make_heads
 from entmtp_vllm.heads.drafting import TreeDrafter
-from tree_search.calibration import PromptIds, build_calibration
+from tree_search.trajectories import PromptIds, build_calibration
 
 VOCAB = 24
 NUM_HEADS = 3

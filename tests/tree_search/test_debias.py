@@ -7,7 +7,8 @@ import pytest
 
 from _search_parts import calibrate, random_prompts
 from tree_search.debias import debias_markdown, run_debias
-from tree_search.frontier import Resources, open_frontier_log, search_frontier
+from tree_search.frontier import open_frontier_log, search_frontier
+from tree_search.resources import Resources
 from tree_search.scoring import RankScorer
 
 SETTINGS = {"dataset": "synthetic", "split": "all", "seed": 0, "max_tokens": 24, "dtype": "float32",

@@ -6,7 +6,7 @@ import pytest
 
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.tree import LOOKUP, Tree
-from tree_search.calibration import UNRANKED, Calibration, Trajectory
+from tree_search.trajectories import UNRANKED, Calibration, Trajectory
 from tree_search.frontier import choose, next_children, search_frontier
 from tree_search.scoring import ForwardScorer, RankScorer
 

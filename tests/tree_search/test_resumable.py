@@ -1,4 +1,5 @@
-"""Resumable JSONL files: `resume_jsonl` resumes, starts over or refuses, by settings and records."""
+"""Resumable JSONL files: `resume_jsonl` resumes, starts over or refuses, by settings and records;
+`made_with` only compares the header."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import pytest
 
 from entmtp_vllm.errors import EntMTPError
-from tree_search.resumable import append_jsonl, read_jsonl, resume_jsonl, rewrite_jsonl
+from tree_search.resumable import append_jsonl, made_with, read_jsonl, resume_jsonl, rewrite_jsonl
 
 SETTINGS = {"budget": 8, "prompt_ids": ["p0", "p1"]}
 REFUSAL = "{path} was made with other settings ({diff}); start over"
@@ -58,3 +59,18 @@ def test_other_settings_with_records_are_refused(tmp_path):
         resume_jsonl(path, "log", SETTINGS, "step", REFUSAL)
     assert str(error.value) == f"{path} was made with other settings (budget: 4 in the folder, 8 now); start over"
     assert path.read_text() == before
+
+
+def test_without_a_refusal_other_settings_with_records_start_over(tmp_path):
+    path = tmp_path / "log.jsonl"
+    rewrite_jsonl(path, {**SETTINGS, "budget": 4}, [{"kind": "step", "id": "p0"}])
+    assert resume_jsonl(path, "log", SETTINGS, "step", None) == ([], False)
+    assert lines(path) == [{"kind": "settings", "settings": SETTINGS}]
+
+
+def test_made_with_compares_the_header(tmp_path):
+    path = tmp_path / "log.jsonl"
+    assert not made_with(path, "log", SETTINGS)
+    rewrite_jsonl(path, SETTINGS, [{"kind": "step", "id": "p0"}])
+    assert made_with(path, "log", dict(SETTINGS)) and not made_with(path, "log", {**SETTINGS, "budget": 4})
+    assert lines(path)[1] == {"kind": "step", "id": "p0"}  # only read

@@ -59,7 +59,7 @@ def test_resume_with_a_real_calibration_cache(tiny, tmp_path):
         loads.append(1)
         return model, None, drafter
 
-    from tree_search.calibration import build_calibration
+    from tree_search.trajectories import build_calibration
 
     settings = {"max_tokens": 24, "prompt_ids": [p.id for p in prompts[:2]], "rank_depth": 3, "rank_cap": 16}
     again = build_calibration(prompts[:2], max_tokens=24, rank_depth=3, rank_cap=16, settings=settings,

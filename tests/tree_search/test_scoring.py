@@ -12,7 +12,7 @@ from entmtp_vllm.engine.reference import ReferenceEngine
 from entmtp_vllm.lookup import LookupConfig, PromptLookup
 from entmtp_vllm.topology import TopologyBank, build_tree_buffers
 from entmtp_vllm.tree import LOOKUP, Tree
-from tree_search.calibration import UNRANKED, verify_tree_at
+from tree_search.trajectories import UNRANKED, verify_tree_at
 from tree_search.frontier import next_children, search_frontier
 from tree_search.scoring import ForwardScorer, RankScorer, lookup_hits
 

@@ -111,7 +111,7 @@ def test_throughput_calibrate_regimes(frontier_dir, tiny_folders, capsys):
 
 
 def test_summary_reports_and_copies(frontier_dir, tiny_folders, tmp_path, capsys):
-    from tree_search.calibrate import policy_string
+    from tree_search.policy_grid import policy_string
     from tree_search.summary import summarize
 
     if not (frontier_dir / "throughput" / "throughput.json").is_file():
