@@ -16,7 +16,8 @@ import torch
 from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-from entmtp_vllm.vllm_plugin.tree_runner import StepPlan, TreeRunnerMixin
+from entmtp_vllm.vllm_plugin.step_plan import StepPlan
+from entmtp_vllm.vllm_plugin.tree_runner import TreeRunnerMixin
 
 
 def path_slots(runner, plan: StepPlan, moves: list[tuple[int, int]]) -> np.ndarray:

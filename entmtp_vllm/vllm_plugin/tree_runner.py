@@ -48,7 +48,6 @@ are read back once per step (`_root_features`).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -61,83 +60,11 @@ from entmtp_vllm.config import SamplingParams
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.features import entropy as entropy_of
 from entmtp_vllm.sampling import greedy_tokens, processed_probs, sample
-from entmtp_vllm.topology import TreeBuffers
 from entmtp_vllm.vllm_plugin.proposer import DraftRequest, EntMTPProposer, Proposal
+from entmtp_vllm.vllm_plugin.step_plan import StepPlan, Verification, core_params, unsupported
 from entmtp_vllm.vllm_plugin.tree_step import TREE_STEP_ATTR, TreeStep
 
 logger = init_logger(__name__)
-
-_SAMPLING_EPS = 1e-5  # vLLM's threshold below which a temperature means greedy
-
-
-@dataclass
-class Verification:
-    """One request's tree to verify this step."""
-
-    buffers: TreeBuffers
-    tokens: torch.Tensor
-    """long[N]: root + the scheduled drafts."""
-    chain: bool
-    capture_start: int
-    """Where this request's rows start in `TreeStep.capture_rows` (-1: not captured)."""
-    token_probs: tuple[float, ...] = ()
-    """The proposal's head probability of each node (`Proposal.token_probs`, cut to the tree)."""
-
-
-@dataclass
-class StepPlan:
-    """What `_prepare_inputs` learnt, for `_sample` and drafting of the same step."""
-
-    num_reqs: int
-    starts: np.ndarray
-    """int64[num_reqs + 1]: each request's first token row."""
-    trees: list[Verification | None]
-    params: list[SamplingParams]
-    prefix_lens: np.ndarray
-    """int64[num_reqs]: tokens each request had in the KV cache before this step."""
-    tree_step: TreeStep | None
-    stock_sampler: bool = False
-    """Some request uses a sampler feature the tree path does not apply: verify no tree this
-    step, sample with vLLM's sampler, draft nothing."""
-    outcomes: list[tuple[int, float, float, int | None] | None] | None = None
-    """Per request after verification: (token row of the last accepted node, p0, entropy,
-    accept length of a tree step or None)."""
-    decode_only: bool = False
-    """Every request computes one row plus its drafts (no prefill chunk): a step the step-cost
-    model learns from."""
-    tree_tokens: int = 0
-    """Rows of requests verifying a branching tree."""
-
-
-def _core_params(sampling_params) -> SamplingParams:
-    """vLLM's per-request sampling parameters as the core's (temperature, top-k, top-p)."""
-    if sampling_params is None or sampling_params.temperature < _SAMPLING_EPS:
-        return SamplingParams()
-    top_k = sampling_params.top_k if sampling_params.top_k and sampling_params.top_k > 0 else 0
-    return SamplingParams(
-        temperature=float(sampling_params.temperature), top_k=int(top_k), top_p=float(sampling_params.top_p)
-    )
-
-
-def _unsupported(sampling_params) -> list[str]:
-    """The sampler features of a request that only vLLM's own sampler applies."""
-    if sampling_params is None:
-        return []
-    found = []
-    if sampling_params.presence_penalty or sampling_params.frequency_penalty:
-        found.append("presence/frequency penalties")
-    if sampling_params.repetition_penalty not in (None, 1.0):
-        found.append("repetition_penalty")
-    if sampling_params.min_p:
-        found.append("min_p")
-    if sampling_params.min_tokens:
-        found.append("min_tokens")
-    if sampling_params.logit_bias or sampling_params.allowed_token_ids or sampling_params.bad_words:
-        found.append("logit_bias/allowed_token_ids/bad_words")
-    if sampling_params.logprobs is not None:
-        found.append("logprobs")
-    return found
-
 
 class TreeRunnerMixin:
     """Tree verification for the EntMTP proposer, mixed into a vLLM V1 model runner class
@@ -261,8 +188,8 @@ class TreeRunnerMixin:
         stock_sampler = False
         for i, req_id in enumerate(batch.req_ids[:num_reqs]):
             sampling_params = self.requests[req_id].sampling_params
-            params.append(_core_params(sampling_params))
-            for feature in _unsupported(sampling_params):
+            params.append(core_params(sampling_params))
+            for feature in unsupported(sampling_params):
                 stock_sampler = True
                 if feature not in self._entmtp_warned:
                     self._entmtp_warned.add(feature)
