@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -63,6 +63,11 @@ class RayServeArgs(BaseModel):
 
     autoscaling_config: dict[str, Any] | None = None
     """Serve autoscaling (`min_replicas`, `max_replicas`, `target_ongoing_requests`, ...)."""
+
+    accelerator: Literal["auto", "cpu", "gpu"] = "auto"
+    """Where the replicas' engines run. `auto`: as on the machine that builds the app (no CUDA
+    device visible there: CPU). Give `gpu` on a cluster whose head node has no GPU (KubeRay: the
+    app is built on the head, the replicas run on GPU workers), or `cpu` to force the CPU path."""
 
     num_cpus: float = Field(default=1, gt=0)
     """CPUs reserved per replica (its placement group bundle; the replica actor itself reserves
@@ -129,8 +134,9 @@ def plugin_env(environ: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def engine_settings(args: RayServeArgs, cpu: bool | None = None) -> tuple[str, dict[str, Any], list[str]]:
-    """(model path, engine_kwargs, notes): what `entmtp serve` would run, as `LLMConfig` input.
-    Raises `EntMTPError` (one line) for bad EntMTP settings."""
+    """(model path, engine_kwargs, notes): what `entmtp serve` would run, as `LLMConfig` input
+    (`cpu`: None follows `args.accelerator`). Raises `EntMTPError` (one line) for bad EntMTP settings."""
+    cpu = replicas_on_cpu(args) if cpu is None else cpu
     if args.entmtp.vllm_args:
         raise EntMTPError("entmtp.vllm_args is not used on Ray Serve: give the vLLM options as engine_kwargs")
     for reserved in ("model", "served_model_name"):
@@ -153,10 +159,10 @@ def llm_config(args: RayServeArgs | dict[str, Any] | None = None, cpu: bool | No
     from ray.serve.llm import LLMConfig
 
     args = args if isinstance(args, RayServeArgs) else RayServeArgs.model_validate(args or {})
+    cpu = replicas_on_cpu(args) if cpu is None else cpu
     model, engine_kwargs, notes = engine_settings(args, cpu)
     for note in notes:
         print(f"# {note}", flush=True)
-    cpu = _on_cpu() if cpu is None else cpu
     runtime_env = dict(args.runtime_env)
     env_vars = {**runtime_env.get("env_vars", {})}
     env_vars.update(plugin_env(env_vars if "VLLM_PLUGINS" in env_vars else None))
@@ -197,7 +203,11 @@ def build_app(args: RayServeArgs | dict[str, Any] | None = None):
     })
 
 
-def _on_cpu() -> bool:
+def replicas_on_cpu(args: RayServeArgs) -> bool:
+    """Whether the replicas' engines run on CPU: `args.accelerator`, or for `auto` whether this
+    process sees no CUDA device."""
+    if args.accelerator != "auto":
+        return args.accelerator == "cpu"
     from entmtp_vllm.serve_command import on_cpu
 
     return on_cpu()

@@ -69,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def register_serve(sub: argparse._SubParsersAction) -> None:
-    from entmtp_vllm.bench.serve import DEFAULT_BASE_URL, COMPARE_METHODS
+    from entmtp_vllm.bench.serve import DEFAULT_BASE_URL, COMPARE_METHODS, METRICS_FROM_SERVER
 
     serve = sub.add_parser(
         "serve",
@@ -94,6 +94,10 @@ def register_serve(sub: argparse._SubParsersAction) -> None:
                        help="chat completions (default) or plain completions with the raw prompt text")
     serve.add_argument("--warmup", type=int, default=1, help="warm-up requests before the first level (default: %(default)s)")
     serve.add_argument("--request-timeout", type=float, default=600.0, help="seconds per request (default: %(default)s)")
+    serve.add_argument("--metrics-from", default=METRICS_FROM_SERVER, metavar="SOURCE",
+                       help="where the spec-decode counters are read around each level: server (the server's "
+                       "/metrics, default) or ray:DIR (a Ray Serve app started with metrics_dir: DIR; every "
+                       "replica's counters summed, and each replica's own listed)")
     serve.add_argument("--out", help="folder for serve.json / serve.md / serve.png (compare.* and server logs with --compare)")
     serve.add_argument("--no-progress", action="store_true", help="no progress bars")
     group = serve.add_argument_group("--compare (starts the servers itself)")
@@ -155,6 +159,7 @@ def run_serve_cmd(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         request_timeout=args.request_timeout,
         model=args.model,
+        metrics_from=args.metrics_from,
     )
     progress = not args.no_progress
     if not args.compare:

@@ -12,7 +12,9 @@ seconds have passed (soak tests). Per level it reports, from client-side timings
 - output tokens come from the server's `usage` (`stream_options.include_usage`); a server that
   does not send it falls back to counting streamed chunks (with speculative decoding a chunk can
   carry several tokens, so that undercounts);
-- when `<server>/metrics` exposes them, the speculative-decoding counters over the level:
+- when `<server>/metrics` exposes them (or, for a Ray Serve endpoint, `metrics_from: ray:<dir>`:
+  every replica's counters summed, each replica's own listed too), the speculative-decoding
+  counters over the level:
   vLLM's `vllm:spec_decode_num_drafts` / `_num_draft_tokens` / `_num_accepted_tokens`
   (mean acceptance length = 1 + accepted / drafts) and every `entmtp_` series (counter deltas,
   gauge values at the end; tree usage by tree name).
@@ -31,6 +33,7 @@ re-exported here, so that `from entmtp_vllm.bench.serve import X` keeps working:
 - `client`: streaming requests, concurrency levels, `run_serve_bench`;
 - `statistics`: request records, level summaries, a comparison's ratios and rounds;
 - `prometheus`: `/metrics` parsed, the speculative-decoding numbers of a level;
+- `ray_metrics`: a Ray Serve app's replica counters read and summed (`metrics_from: ray:<dir>`);
 - `report`: Markdown tables, the plot, the JSON / Markdown / PNG files;
 - `servers`: each method's server command line, the server subprocess;
 - `compare`: `run_compare`, every server started and measured, round by round.
@@ -38,6 +41,8 @@ re-exported here, so that `from entmtp_vllm.bench.serve import X` keeps working:
 
 from entmtp_vllm.bench.serve.client import (
     fetch_metrics,
+    level_acceptance,
+    level_metrics,
     list_models,
     load_prompt_texts,
     metrics_url,
@@ -52,6 +57,8 @@ from entmtp_vllm.bench.serve.config import (
     COMPARE_METHODS,
     DEFAULT_BASE_URL,
     DEFAULT_CONCURRENCY,
+    METRICS_FROM_SERVER,
+    RAY_METRICS_PREFIX,
     CompareConfig,
     ServeBenchConfig,
     make_config,
@@ -59,6 +66,7 @@ from entmtp_vllm.bench.serve.config import (
 )
 from entmtp_vllm.bench.serve.prometheus import (
     ENTMTP_PREFIX,
+    ENTMTP_SPEC_SERIES,
     PER_POSITION_SERIES,
     SPEC_SERIES,
     Labels,
@@ -67,6 +75,7 @@ from entmtp_vllm.bench.serve.prometheus import (
     overhead_summary,
     parse_prometheus,
 )
+from entmtp_vllm.bench.serve.ray_metrics import REPLICA_LABEL, read_replicas, replica_deltas, sum_replicas
 from entmtp_vllm.bench.serve.report import compare_markdown, markdown_report, write_compare_report, write_report
 from entmtp_vllm.bench.serve.servers import ServerProcess, _entmtp_command, free_port, log_tail, server_commands
 from entmtp_vllm.bench.serve.statistics import (
@@ -87,6 +96,10 @@ __all__ = [
     "DEFAULT_BASE_URL",
     "DEFAULT_CONCURRENCY",
     "ENTMTP_PREFIX",
+    "ENTMTP_SPEC_SERIES",
+    "METRICS_FROM_SERVER",
+    "RAY_METRICS_PREFIX",
+    "REPLICA_LABEL",
     "MAX_ERROR_MESSAGES",
     "PERCENTILES",
     "PER_POSITION_SERIES",
@@ -104,6 +117,8 @@ __all__ = [
     "compare_table",
     "fetch_metrics",
     "free_port",
+    "level_acceptance",
+    "level_metrics",
     "list_models",
     "load_prompt_texts",
     "log_tail",
@@ -114,6 +129,8 @@ __all__ = [
     "parse_int_list",
     "parse_prometheus",
     "percentile",
+    "read_replicas",
+    "replica_deltas",
     "round_order",
     "round_ratios",
     "run_compare",
@@ -123,6 +140,7 @@ __all__ = [
     "server_root",
     "stream_request",
     "summarize_level",
+    "sum_replicas",
     "summarize_ms",
     "write_compare_report",
     "write_report",

@@ -1,6 +1,7 @@
 """The load test's client: streaming requests to an OpenAI-compatible server (`stream_request`),
 `concurrency` of them in flight at a time (`run_level`), level after level with the server's
-`/metrics` read around each (`run_serve_bench`)."""
+`/metrics` (or, for a Ray Serve app, its replicas' counters summed: `ray_metrics`) read around
+each (`run_serve_bench`)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,26 @@ async def fetch_metrics(client, base_url: str) -> MetricsSnapshot | None:
     if response.status_code != 200:
         return None
     return parse_prometheus(response.text)
+
+
+async def level_metrics(client, config: ServeBenchConfig) -> MetricsSnapshot | None:
+    """The counters a level's numbers are taken between: `config.metrics_from`'s source."""
+    metrics_dir = config.ray_metrics_dir()
+    if metrics_dir is None:
+        return await fetch_metrics(client, config.base_url)
+    from entmtp_vllm.bench.serve.ray_metrics import read_replicas
+
+    return await asyncio.to_thread(read_replicas, metrics_dir)
+
+
+def level_acceptance(before: MetricsSnapshot | None, after: MetricsSnapshot | None) -> dict[str, Any] | None:
+    """`acceptance_delta`, and with several replicas' counters each replica's own (`replicas`)."""
+    delta = acceptance_delta(before, after)
+    if delta is not None and after is not None and after.replicas:
+        from entmtp_vllm.bench.serve.ray_metrics import replica_deltas
+
+        delta["replicas"] = replica_deltas(before, after)
+    return delta
 
 
 async def list_models(client, base_url: str) -> list[str]:
@@ -204,13 +225,13 @@ async def _bench_async(config: ServeBenchConfig, prompts: list[str], progress: b
             raise EntMTPError(f"every warm-up request to {config.base_url} failed: {warmup[0].error}")
         levels = []
         for concurrency in config.concurrency:
-            before = await fetch_metrics(http, config.base_url)
+            before = await level_metrics(http, config)
             results, wall = await run_level(
                 client, config, model, prompts, concurrency, progress,
                 desc=f"{label + ' ' if label else ''}concurrency {concurrency}",
             )
-            after = await fetch_metrics(http, config.base_url)
-            levels.append(summarize_level(results, wall, concurrency, acceptance_delta(before, after)))
+            after = await level_metrics(http, config)
+            levels.append(summarize_level(results, wall, concurrency, level_acceptance(before, after)))
     return {"model": model, "levels": levels}
 
 
@@ -224,6 +245,7 @@ def run_serve_bench(config: ServeBenchConfig, progress: bool = True, label: str 
         "config": config.model_dump(),
         "model": found["model"],
         "base_url": config.base_url,
+        "metrics_from": config.metrics_from,
         "num_prompts": len(prompts),
         "date": started,
         "levels": found["levels"],

@@ -14,6 +14,10 @@ DEFAULT_CONCURRENCY = (1, 4, 16)
 COMPARE_METHODS = ("vllm", "ngram", "entmtp")
 BASELINE = "vllm"
 """The method every ratio of a comparison is taken against (no speculation)."""
+METRICS_FROM_SERVER = "server"
+"""`metrics_from`: the server's own `/metrics` page."""
+RAY_METRICS_PREFIX = "ray:"
+"""`metrics_from`: `ray:<dir>`, the per-replica folders of a Ray Serve app's `metrics_dir`."""
 
 # Which command-line flag each config field comes from (for one-line errors).
 _FLAGS = {
@@ -29,6 +33,7 @@ _FLAGS = {
     "base_url": "--base-url",
     "methods": "--methods",
     "num_speculative_tokens": "--num-speculative-tokens",
+    "metrics_from": "--metrics-from",
 }
 
 
@@ -90,6 +95,21 @@ class ServeBenchConfig(_Model):
 
     request_timeout: float = Field(default=600.0, gt=0)
     """Seconds a request may take before it counts as failed."""
+
+    metrics_from: str = Field(default=METRICS_FROM_SERVER, pattern=r"^(server|ray:.+)$")
+    """Where the speculative-decoding counters are read, before and after every level. `server`:
+    the server's `/metrics` (beside `base_url`). `ray:<dir>`: a Ray Serve app started with
+    `metrics_dir: <dir>` (Serve's proxy serves no `/metrics`): every replica's folder under `<dir>`
+    (`entmtp_vllm.ray_serve.replica_metrics`) is read and the counters summed over the replicas;
+    gauges are kept per replica (a `replica` label); per level each replica's own accepted tokens
+    and drafts are reported too. Only replicas that write under `<dir>` as seen from this machine
+    count (one node, or a folder every node shares)."""
+
+    def ray_metrics_dir(self) -> str | None:
+        """The folder of `metrics_from: ray:<dir>`; None when the counters come from `/metrics`."""
+        if self.metrics_from.startswith(RAY_METRICS_PREFIX):
+            return self.metrics_from[len(RAY_METRICS_PREFIX):]
+        return None
 
 
 class CompareConfig(ServeBenchConfig):
@@ -183,6 +203,9 @@ def make_config(cls: type[ServeBenchConfig], **values: Any) -> ServeBenchConfig:
     if len(set(config.concurrency)) != len(config.concurrency):
         raise EntMTPError(f"--concurrency lists a level twice: {config.concurrency}")
     if isinstance(config, CompareConfig):
+        if config.metrics_from != METRICS_FROM_SERVER:
+            raise EntMTPError("--metrics-from: --compare reads the /metrics of the servers it starts; "
+                              "ray:<dir> is for a Ray Serve endpoint given with --base-url")
         if len(set(config.methods)) != len(config.methods):
             raise EntMTPError(f"--methods lists a server twice: {config.methods}")
         if config.ngram_prompt_lookup_min > config.ngram_prompt_lookup_max:

@@ -1,6 +1,8 @@
 """Prometheus' text exposition format (what vLLM's `/metrics` serves) parsed into snapshots, and
 the speculative-decoding numbers between two snapshots (`acceptance_delta`): vLLM's
-`vllm:spec_decode_*` counters and every `entmtp_` series."""
+`vllm:spec_decode_*` counters and every `entmtp_` series. Without vLLM's series (a Ray Serve
+replica's folder holds only the engine processes' `entmtp_` counters) drafts, draft tokens and
+accepted tokens come from EntMTP's own counters (`ENTMTP_SPEC_SERIES`)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,14 @@ SPEC_SERIES = {
 }
 PER_POSITION_SERIES = "vllm:spec_decode_num_accepted_tokens_per_pos"
 ENTMTP_PREFIX = "entmtp_"
+ENTMTP_SPEC_SERIES = {
+    "num_drafts": "entmtp_tree_steps",
+    "num_draft_tokens": "entmtp_drafted_nodes",
+    "num_accepted_tokens": "entmtp_accepted_tokens",
+}
+"""EntMTP's counters of the same three numbers: trees drafted (a request's step with at least one
+draft node, as vLLM counts a draft), nodes verified (roots left out), draft tokens accepted
+(bonus tokens left out). Used only where vLLM's own series are absent."""
 
 _SAMPLE = re.compile(
     r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?\s*$"
@@ -32,6 +42,9 @@ class MetricsSnapshot:
     """(sample name, sorted labels) → value."""
     types: dict[str, str] = field(default_factory=dict)
     """Family name → counter / gauge / histogram / … (from `# TYPE`; names without `_total`)."""
+    replicas: dict[str, "MetricsSnapshot"] = field(default_factory=dict)
+    """Replica name → its own snapshot, when `samples` are several replicas' summed (Ray Serve,
+    `ray_metrics.sum_replicas`); empty for one server's page."""
 
     def series(self, family: str) -> dict[Labels, float]:
         """Samples of a counter or gauge family (`name` or `name_total`), by labels."""
@@ -110,13 +123,13 @@ def acceptance_delta(before: MetricsSnapshot | None, after: MetricsSnapshot | No
         return None
     before = before or MetricsSnapshot()
     out: dict[str, Any] = {}
-    spec_present = False
-    for key, family in SPEC_SERIES.items():
-        end = after.total(family)
-        if end is not None:
-            spec_present = True
-        out[key] = (end or 0.0) - (before.total(family) or 0.0)
-    if spec_present:
+    spec_present = any(after.total(family) is not None for family in SPEC_SERIES.values())
+    source = SPEC_SERIES if spec_present else ENTMTP_SPEC_SERIES
+    entmtp_spec = not spec_present and all(after.total(family) is not None for family in source.values())
+    for key, family in source.items():
+        out[key] = (after.total(family) or 0.0) - (before.total(family) or 0.0)
+    if spec_present or entmtp_spec:
+        out["counted_by"] = "vllm" if spec_present else "entmtp"
         drafts, drafted, accepted = out["num_drafts"], out["num_draft_tokens"], out["num_accepted_tokens"]
         out["mean_acceptance_length"] = 1.0 + accepted / drafts if drafts > 0 else None
         out["draft_acceptance_rate"] = accepted / drafted if drafted > 0 else None
@@ -132,7 +145,8 @@ def acceptance_delta(before: MetricsSnapshot | None, after: MetricsSnapshot | No
         )
     else:
         out = {key: None for key in SPEC_SERIES}
-        out.update(mean_acceptance_length=None, draft_acceptance_rate=None, acceptance_rate_per_position=None)
+        out.update(mean_acceptance_length=None, draft_acceptance_rate=None, acceptance_rate_per_position=None,
+                   counted_by=None)
 
     entmtp: dict[str, Any] = {}
     for family in after.families(ENTMTP_PREFIX):

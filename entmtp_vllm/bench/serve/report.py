@@ -10,7 +10,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from entmtp_vllm.bench.serve.config import BASELINE
+from entmtp_vllm.bench.serve.config import BASELINE, METRICS_FROM_SERVER
 from entmtp_vllm.bench.serve.statistics import _stat, round_ratios
 from entmtp_vllm.errors import EntMTPError
 
@@ -30,7 +30,8 @@ def markdown_report(results: dict[str, Any]) -> str:
     amount = f"{cfg['duration']:g} s per level" if cfg.get("duration") else f"{results['num_prompts']} prompts per level"
     lines = [
         f"Serve benchmark — `{results['model']}` at {results['base_url']}; {', '.join(cfg['datasets'])}, {amount}, "
-        f"max {cfg['max_tokens']} tokens, T={cfg['temperature']}, {mode}; {results['date']}",
+        f"max {cfg['max_tokens']} tokens, T={cfg['temperature']}, {mode}; {results['date']}"
+        + (f"; counters from `{cfg['metrics_from']}`" if cfg.get("metrics_from", METRICS_FROM_SERVER) != METRICS_FROM_SERVER else ""),
         "",
         "| concurrency | ok | failed | output tok/s | req/s | TTFT mean / p50 / p90 / p99 (ms) | "
         "TPOT mean / p50 / p90 / p99 (ms) | ITL mean / p50 / p90 / p99 (ms) | τ |",
@@ -66,12 +67,30 @@ def markdown_report(results: dict[str, Any]) -> str:
                 f"{_fmt(acc.get('num_accepted_tokens'), 0)} | {_fmt(acc.get('mean_acceptance_length'), 3)} | "
                 f"{_fmt(acc.get('draft_acceptance_rate'), 3)} | {usage_text} |"
             )
+    lines += _replicas_markdown(results["levels"])
     lines += _overhead_markdown(results["levels"])
     failures = [(level["concurrency"], error) for level in results["levels"] for error in level["errors"]]
     if failures:
         lines += ["", "Errors (first few per level):"]
         lines += [f"- concurrency {c}: {error}" for c, error in failures]
     return "\n".join(lines) + "\n"
+
+
+def _replicas_markdown(levels: list[dict[str, Any]]) -> list[str]:
+    """Each replica's own drafts and accepted tokens per level (counters summed over replicas,
+    `metrics_from: ray:<dir>`); nothing for one server."""
+    rows = []
+    for level in levels:
+        for name, counts in ((level.get("acceptance") or {}).get("replicas") or {}).items():
+            drafts, accepted = counts["num_drafts"], counts["num_accepted_tokens"]
+            length = 1.0 + accepted / drafts if drafts > 0 else None
+            rows.append(f"| {level['concurrency']} | `{name}` | {_fmt(drafts, 0)} | {_fmt(counts['num_draft_tokens'], 0)} | "
+                        f"{_fmt(accepted, 0)} | {_fmt(length, 3)} |")
+    if not rows:
+        return []
+    return ["", "Per replica (the acceptance table above sums them):", "",
+            "| concurrency | replica | drafts | draft tokens | accepted | mean acceptance length |",
+            "|---:|---|---:|---:|---:|---:|", *rows]
 
 
 def _plot(series: dict[str, list[dict[str, Any]]], path: Path, title: str) -> None:
