@@ -49,7 +49,7 @@ def record_starts(split: CacheSplit) -> list[int]:
 
 @torch.no_grad()
 def walk_accept_length(drafter: TreeDrafter, split: CacheSplit, buffers, starts: list[int]) -> tuple[int, int]:
-    """(tokens, steps) of greedy decoding replayed over whole records.
+    """(tokens, steps) of greedy decoding replayed over whole records, after the prefill.
 
     From each record's first row, a step's accept length moves to the row the next step starts
     from, as the engine does. tokens / steps is then the engine's τ on those answers (the
@@ -60,10 +60,10 @@ def walk_accept_length(drafter: TreeDrafter, split: CacheSplit, buffers, starts:
     tokens = steps = 0
     for start in starts:
         end, j = int(split.record_end[start]), start
-        while j < end:
+        while j + 1 < end:  # a step emits tokens after row j's root (the prefill emitted the first)
             j += accept_length(drafter, split, buffers, j)
             steps += 1
-        tokens += end - start
+        tokens += end - 1 - start
     return tokens, steps
 
 
@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
 
     from entmtp_vllm.heads.checkpoint import load_base_embeddings, load_heads
+    from entmtp_vllm.heads.draft_vocab import load_draft_vocab
     from entmtp_vllm.model_store import resolve_model
     from entmtp_vllm.topology import build_tree_buffers
     from entmtp_vllm.tree import Tree
@@ -110,13 +111,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--positions", type=int, default=1000)
     parser.add_argument("--records", type=int, default=40, help="held-out records replayed whole (the engine's τ)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--full-vocab", action="store_true",
+                        help="rank the full vocabulary, not the heads folder's draft vocabulary (which the engines use)")
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--card", action="store_true", help="add the results to the heads folder's MODEL_CARD.md")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     embed, lm_head, config = load_base_embeddings(resolve_model(None))
     heads = load_heads(args.heads, config)
-    drafter = TreeDrafter(heads, embed.float(), lm_head.float() if lm_head is not embed else embed.float())
+    vocab = None if args.full_vocab or heads.own_lm_head else load_draft_vocab(args.heads, heads.vocab_size)
+    drafter = TreeDrafter(heads, embed.float(), lm_head.float(), draft_vocab=vocab)
     val = load_cache_split(args.cache, "val")
     usable = torch.nonzero(torch.arange(val.rows) + 1 < val.record_end).flatten()
     rows = usable[torch.randperm(usable.numel(), generator=torch.Generator().manual_seed(7))[: args.positions]].sort().values
@@ -135,6 +139,7 @@ def main(argv: list[str] | None = None) -> None:
         print(name, results[name], flush=True)
     results["positions"] = int(rows.numel())
     results["records"] = len(starts)
+    results["draft_vocab"] = None if vocab is None else int(vocab.numel())
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     if args.card:

@@ -49,7 +49,8 @@ def test_accept_length_follows_the_greedy_continuation() -> None:
 
 def test_replayed_tau_steps_over_the_accepted_runs() -> None:
     """A record whose first step accepts the whole chain and whose next steps accept nothing:
-    the replay takes 1 + 2 steps for 6 tokens (τ 2); rows 1-3, which the first step covers,
+    after the prefill's token, the replay takes 1 + 1 steps for the 5 others (the last row's
+    token ends the answer: nothing is drafted from it); rows 1-3, which the first step covers,
     are never drafted from."""
     drafter, hidden = random_drafter()
     chain = build_tree_buffers(Tree.from_spec("chain:3"))
@@ -61,8 +62,8 @@ def test_replayed_tau_steps_over_the_accepted_runs() -> None:
             tokens[row + 1] = (tokens[row + 1] + 1) % V
     split = split_with(tokens, hidden, 6)
     assert record_starts(split) == [0]
-    assert walk_accept_length(drafter, split, chain, [0]) == (6, 3)
-    assert walk_accept_length(drafter, split, chain, [4]) == (2, 2)
+    assert walk_accept_length(drafter, split, chain, [0]) == (5, 2)
+    assert walk_accept_length(drafter, split, chain, [4]) == (1, 1)
 
 
 def test_record_starts_of_a_two_record_split() -> None:
