@@ -245,9 +245,9 @@ class ReferenceEngine:
         logits, hidden = self._forward(prompt, cache, last_only=True)
         last_logits, last_hidden = logits[-1], hidden[-1]
         observe = method == "tree" and getattr(getattr(self.drafter, "heads", None), "prefix", None) is not None
-        if observe:  # Hydra++: the heads' own prefix layer reads every accepted position
+        if observe:  # Hydra++: the heads' prefix layer reads the prompt (as trained), then every accepted position
             self.drafter.reset()
-            self.drafter.observe(hidden, torch.arange(len(prompt_ids)))
+            self.drafter.observe_prompt(hidden)
         root = self._pick(last_logits, sampling, generator)
         generated = [root]
         prefill_time = time.perf_counter() - started

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 
@@ -69,6 +70,14 @@ class PrefixLayerConfig(BaseModel):
     intermediate_size: int
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-5
+    window: int | None = Field(default=None, ge=1)
+    """Each position attends to at most this many observed positions, itself included (a
+    sliding window, as the heads were trained); None: every earlier position (Hydra's)."""
+    context: Literal["sequence", "answer"] = "sequence"
+    """What the layer observes: every position of the sequence, prompt included (Hydra's
+    training on whole conversations), or, for heads trained on the teacher cache's answer rows
+    (which hold no prompt position but its last), the prompt's last position and every
+    position after it."""
 
     @classmethod
     def from_base_config(cls, config) -> "PrefixLayerConfig":
@@ -120,6 +129,13 @@ class PrefixCache:
     @property
     def length(self) -> int:
         return 0 if self.keys is None else self.keys.shape[1]
+
+    def keep_last(self, length: int) -> None:
+        """Forget all but the last `length` positions (a sliding window never reads them)."""
+        if self.keys is not None and length < self.length:
+            self.keys = self.keys[:, -length:]
+            self.values = self.values[:, -length:]
+            self.positions = self.positions[-length:]
 
     def truncate(self, length: int) -> None:
         if self.keys is not None and length < self.length:
@@ -190,6 +206,8 @@ class PrefixLayer(nn.Module):
         v = v.repeat_interleave(groups, dim=1)
         total = k.shape[2]
         allowed = torch.ones(t, total, dtype=torch.bool, device=x.device).tril(diagonal=past)
+        if c.window is not None:  # key j is visible to query i when i + past - j < window
+            allowed &= ~torch.ones(t, total, dtype=torch.bool, device=x.device).tril(diagonal=past - c.window)
         mask = allowed[None, None]
         if key_padding is not None:
             mask = mask & ~key_padding[:, None, None, :]
@@ -202,6 +220,8 @@ class PrefixLayer(nn.Module):
         x = x + self.down_proj(F.silu(self.gate_proj(normed)) * self.up_proj(normed))
         if cache is not None:
             cache.last_output = x[0, -1].detach()
+            if c.window is not None and cache.length > 2 * c.window:
+                cache.keep_last(c.window)  # room left for observations that rewind a few positions
         return x if batched else x[0]
 
     def _rope_b(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:

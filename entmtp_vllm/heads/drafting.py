@@ -131,6 +131,15 @@ class TreeDrafter:
         self.prefix_cache.truncate(keep)
         self.heads.prefix(hidden, positions, cache=self.prefix_cache)
 
+    def observe_prompt(self, hidden_states: torch.Tensor) -> None:
+        """After the prefill: feed the prefix layer the prompt's base hidden states ([T, H]),
+        all of them or only the last one, as its heads were trained (`PrefixLayerConfig.context`)."""
+        if self.prefix_cache is None:
+            return
+        hidden = hidden_states.reshape(-1, hidden_states.shape[-1])
+        first = 0 if self.heads.prefix.config.context == "sequence" else hidden.shape[0] - 1
+        self.observe(hidden[first:], torch.arange(first, hidden.shape[0]))
+
     def greedy_chains(self, steps: list["DraftStep"], depth: int) -> list[list[float]]:
         """`greedy_chains` over steps begun on this drafter."""
         return greedy_chains(steps, depth)

@@ -52,7 +52,10 @@ class TrainConfig(BaseModel):
     prefix_layer: bool = False
     """Hydra++: add the prefix decoder layer (trained on windows of `window` positions)."""
     window: int = 64
-    """Contiguous positions per sample when training a prefix layer."""
+    """The prefix layer's attention window: each trained position reads itself and up to
+    `window - 1` earlier answer rows of its record (so does the trained layer when drafting,
+    `PrefixLayerConfig.window`). A sample is `window` trained positions after up to
+    `window - 1` rows of context."""
     steps: int | None = None
     """Optimizer steps; default: `epochs` passes over the training positions."""
     epochs: float = 1.0
@@ -215,9 +218,9 @@ def evaluate(heads: DraftHeads, split: CacheSplit, base: BaseTensors, rows: torc
     for start in range(0, rows.numel(), chunk):
         r = rows[start : start + chunk]
         if heads.prefix is not None:
-            # windows ending at each row: context from up to 63 earlier rows of the record
+            # windows ending at each row: context from up to window - 1 earlier rows of the record
             starts = record_starts[r]
-            w = 64
+            w = heads.prefix.config.window or 64
             win = r[:, None] + torch.arange(-w + 1, 1)
             ok = win >= starts[:, None]
             win = torch.maximum(win, starts[:, None])
@@ -249,7 +252,9 @@ def evaluate(heads: DraftHeads, split: CacheSplit, base: BaseTensors, rows: torc
 
 def build_heads_for(cfg: TrainConfig, base: BaseTensors) -> DraftHeads:
     hidden, vocab = base.embed.shape[1], base.embed.shape[0]
-    prefix = PrefixLayerConfig.from_base_config(base.config) if cfg.prefix_layer else None
+    prefix = None
+    if cfg.prefix_layer:  # trained on answer rows through a sliding window: it reads the same when drafting
+        prefix = PrefixLayerConfig.from_base_config(base.config).model_copy(update={"window": cfg.window, "context": "answer"})
     if prefix is not None and cfg.kind != "hydra":
         raise EntMTPError("--prefix-layer needs --kind hydra")
     kwargs = {"prefix_layer": prefix} if cfg.kind == "hydra" else {}
@@ -304,6 +309,7 @@ def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
     started = time.perf_counter()
     heads.train()
     window = cfg.window if heads.prefix is not None else 1
+    record_start = _record_start(train) if heads.prefix is not None else None
     frequent = None
     if cfg.softmax_vocab:
         counts = torch.bincount(train.topk_ids[:, :8].flatten(), minlength=base.embed.shape[0])
@@ -339,12 +345,15 @@ def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
         n = max(1, cfg.batch_size // window)
         pick = train_rows[torch.randint(train_rows.numel(), (n,))]
         if window > 1:
-            rows = pick[:, None] + torch.arange(window)
-            ok = rows < train.record_end[pick][:, None]
-            rows = torch.minimum(rows, train.record_end[pick][:, None] - 1)
+            # `window - 1` context rows (cut at the record's start), then `window` trained rows
+            rows = pick[:, None] + torch.arange(-(window - 1), window)
+            starts = record_start[pick][:, None]
+            ok = (rows >= starts) & (rows < train.record_end[pick][:, None])
+            rows = torch.minimum(torch.maximum(rows, starts), train.record_end[pick][:, None] - 1)
             hidden, path, targets, valid = _gather_batch(train, rows, base, k)
             hidden = _condition(heads, hidden, ok)
             valid = valid & ok[..., None]
+            hidden, path, targets, valid = (t[:, window - 1 :] for t in (hidden, path, targets, valid))
         else:
             hidden, path, targets, valid = _gather_batch(train, pick, base, k)
         losses = _head_losses(heads, cfg, train, base, hidden, path, targets, valid, frequent)
@@ -378,6 +387,7 @@ def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
             if shards != known_shards:
                 known_shards = shards
                 train = load_cache_split(cfg.cache, "train")
+                record_start = _record_start(train) if heads.prefix is not None else None
                 train_rows = torch.nonzero(torch.arange(train.rows) + 1 < train.record_end).flatten()
                 if cfg.max_train_rows is not None:
                     train_rows = train_rows[: cfg.max_train_rows]

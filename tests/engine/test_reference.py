@@ -252,14 +252,23 @@ def _hydra_plus_plus(model):
     return _random_heads("hydra", model, num_heads=4, prefix_layer=PrefixLayerConfig.from_base_config(model.config))
 
 
+def _hydra_plus_plus_windowed(model):
+    """Hydra++ as `train-heads --prefix-layer` makes it: a 4-position window over the answer."""
+    from entmtp_vllm.heads import PrefixLayerConfig
+
+    prefix = PrefixLayerConfig.from_base_config(model.config).model_copy(update={"window": 4, "context": "answer"})
+    return _random_heads("hydra", model, num_heads=4, prefix_layer=prefix)
+
+
 @pytest.mark.parametrize(
     "make_drafter",
     [
         lambda m: _random_heads("hydra", m, num_heads=4),
         lambda m: _random_heads("medusa", m, num_heads=4, num_layers=2),
         _hydra_plus_plus,
+        _hydra_plus_plus_windowed,
     ],
-    ids=["hydra", "medusa", "hydra++"],
+    ids=["hydra", "medusa", "hydra++", "hydra++windowed"],
 )
 def test_random_heads_greedy_tree_equals_ar(tiny_model, make_drafter):
     drafter = make_drafter(tiny_model)
@@ -274,6 +283,27 @@ def test_random_heads_greedy_tree_equals_ar(tiny_model, make_drafter):
         for tree in ("full:2,2,1", "sparse"):
             static = ReferenceEngine(tiny_model, None, drafter, bank_of(tree)).generate(prompt, 20)
             assert static.token_ids == ar.token_ids
+
+
+def test_windowed_prefix_layer_follows_the_answer_through_acceptance(tiny_model):
+    """After a tree generation, the windowed answer-context prefix layer's cache holds the
+    positions from the prompt's last one on (at most two windows of them), and its last output
+    is the layer run from scratch over the base hidden states of the accepted sequence."""
+    drafter = _hydra_plus_plus_windowed(tiny_model)
+    bank = TopologyBank([Tree.from_spec("lookup:3+full:2,1")], ["hybrid"])
+    prompt = PROMPTS[0]
+    engine = ReferenceEngine(tiny_model, None, drafter, bank)
+    gen = engine.generate(prompt, 40)
+    assert any(r.accept_length > 1 for r in gen.steps)  # paths of several nodes were observed
+    cache = drafter.prefix_cache
+    end = len(prompt) + len(gen.token_ids) - 1  # the hidden state of the last generated token's position
+    assert cache.positions == list(range(end - cache.length, end)) and cache.length <= 8
+    assert cache.positions[0] >= len(prompt) - 1
+    with torch.no_grad():
+        _, hidden = engine._forward(torch.tensor(prompt + gen.token_ids[:-1]), DynamicCache(config=tiny_model.config))
+        first = len(prompt) - 1
+        expected = drafter.heads.prefix(hidden[first:end], torch.arange(first, end))[-1]
+    torch.testing.assert_close(cache.last_output, expected, atol=1e-4, rtol=1e-4)
 
 
 def test_head_features_only_log_and_cost_head_calls(tiny_model, head_calls):

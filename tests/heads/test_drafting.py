@@ -170,6 +170,20 @@ def test_prefix_heads_draft_from_the_observed_prefix_output(base_weights) -> Non
     assert drafter.prefix_cache.length == 0
 
 
+@pytest.mark.parametrize("context,observed", [("sequence", [0, 1, 2, 3, 4]), ("answer", [4])])
+def test_the_prompt_is_observed_as_the_prefix_layer_was_trained(base_weights, context, observed) -> None:
+    """Heads trained on whole sequences read the whole prompt; heads trained on the teacher
+    cache's answer rows read only its last position (the cache's first row of a record)."""
+    embed, lm_head = base_weights
+    cfg = PrefixLayerConfig(num_attention_heads=4, num_key_value_heads=2, head_dim=4, intermediate_size=24, context=context)
+    drafter = TreeDrafter(hydra(num_heads=2, prefix_layer=cfg), embed, lm_head)
+    states = torch.randn(5, HIDDEN)
+    drafter.observe_prompt(states)
+    assert drafter.prefix_cache.positions == observed
+    first = observed[0]
+    torch.testing.assert_close(drafter.prefix_cache.last_output, drafter.heads.prefix(states[first:], torch.arange(first, 5))[-1])
+
+
 def test_hybrid_tree_lookup_nodes_copy_and_heads_see_them(base_weights) -> None:
     """Lookup nodes take the proposal's tokens; head nodes below them condition on them; the
     heads never run for a parent whose children are all lookup nodes."""

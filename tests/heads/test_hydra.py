@@ -93,8 +93,9 @@ def test_make_heads_rejects_unknown_kind() -> None:
 PREFIX = PrefixLayerConfig(num_attention_heads=4, num_key_value_heads=2, head_dim=4, intermediate_size=24, rope_theta=100.0)
 
 
-def naive_prefix(layer: PrefixLayer, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """Position-by-position reference: causal GQA attention with RoPE, SwiGLU MLP."""
+def naive_prefix(layer: PrefixLayer, x: torch.Tensor, positions: torch.Tensor, window: int | None = None) -> torch.Tensor:
+    """Position-by-position reference: causal GQA attention with RoPE, SwiGLU MLP (over the
+    last `window` positions only, when given)."""
     c = layer.config
     outs = []
 
@@ -119,9 +120,10 @@ def naive_prefix(layer: PrefixLayer, x: torch.Tensor, positions: torch.Tensor) -
         group = c.num_attention_heads // c.num_key_value_heads
         for a in range(c.num_attention_heads):
             kv = a // group
-            scores = torch.stack([q[a] @ k[kv] for k in ks]) / c.head_dim**0.5
+            seen = slice(-window if window else 0, None)
+            scores = torch.stack([q[a] @ k[kv] for k in ks[seen]]) / c.head_dim**0.5
             w = torch.softmax(scores, 0)
-            heads_out.append(sum(wi * v[kv] for wi, v in zip(w, vs)))
+            heads_out.append(sum(wi * v[kv] for wi, v in zip(w, vs[seen])))
         h = x[t] + layer.o_proj.weight @ torch.cat(heads_out)
         m = rms(h, layer.post_attention_layernorm.weight)
         h = h + layer.down_proj.weight @ (F.silu(layer.gate_proj.weight @ m) * (layer.up_proj.weight @ m))
@@ -148,6 +150,25 @@ def test_prefix_layer_matches_naive_and_incremental_cache() -> None:
     assert cache.length == 7 and cache.positions == list(range(3, 10))
     cache.truncate(2)
     assert cache.length == 2 and cache.positions == [3, 4]
+
+
+def test_prefix_layer_sliding_window_matches_naive_with_a_trimmed_cache() -> None:
+    """A window of 3: every position reads itself and the 2 before it, in one pass or one
+    position at a time through a cache that forgets what no window reads any more."""
+    windowed = randomize(PrefixLayer(HIDDEN, PREFIX.model_copy(update={"window": 3})), scale=0.2)
+    x = torch.randn(12, HIDDEN)
+    pos = torch.arange(12)
+    full = windowed(x, pos)
+    torch.testing.assert_close(full, naive_prefix(windowed, x, pos, window=3), atol=1e-5, rtol=1e-4)
+    unwindowed = PrefixLayer(HIDDEN, PREFIX)
+    unwindowed.load_state_dict(windowed.state_dict())
+    assert not torch.allclose(unwindowed(x, pos)[5:], full[5:], atol=1e-4)  # the window bites
+    cache, lengths, steps = PrefixCache(), [], []
+    for t in range(12):
+        steps.append(windowed(x[t : t + 1], pos[t : t + 1], cache=cache))
+        lengths.append(cache.length)
+    torch.testing.assert_close(torch.cat(steps), full, atol=1e-5, rtol=1e-4)
+    assert max(lengths) <= 6 and cache.positions == list(range(12 - cache.length, 12))
 
 
 def test_prefix_layer_batched_with_padding() -> None:

@@ -142,9 +142,13 @@ def test_tiny_training_lowers_the_loss(tiny_model: Path, cache: Path, tmp_path: 
 
 
 def test_prefix_layer_training_runs(tiny_model: Path, cache: Path, tmp_path: Path) -> None:
-    result = train_heads(config(cache, tmp_path, prefix_layer=True, window=8, steps=10), base_tensors(tiny_model), log=lambda m: None)
+    result = train_heads(config(cache, tmp_path, prefix_layer=True, window=8, steps=10, out=tmp_path / "heads"),
+                         base_tensors(tiny_model), log=lambda m: None)
     log = [json.loads(l) for l in (tmp_path / "train_log.jsonl").read_text().splitlines()]
     assert log[-1]["loss"] < log[0]["loss"] or result["steps"] == 10
+    # the trained layer drafts as it was trained: an 8-position window over answer rows
+    prefix = load_heads(tmp_path / "heads", {"hidden_size": HIDDEN, "vocab_size": VOCAB}).prefix.config
+    assert (prefix.window, prefix.context) == (8, "answer")
 
 
 def test_resume_continues_the_step_count(tiny_model: Path, cache: Path, tmp_path: Path) -> None:
