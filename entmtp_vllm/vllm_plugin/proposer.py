@@ -118,6 +118,9 @@ class ProposerStats:
     """Drafted nodes the step budget did not keep."""
     budget_empty: int = 0
     """Request steps the step budget gave no draft at all."""
+    prefix_gaps: int = 0
+    """Steps whose accepted positions did not follow a request's prefix-layer cache (heads with a
+    prefix layer): positions decoded by vLLM's sampler alone, or a misplaced position."""
     steps_timed: int = 0
     """Engine steps timed (from `execute_model` to the end of `sample_tokens`)."""
     step_seconds: float = 0.0
@@ -143,6 +146,7 @@ class ProposerStats:
             "lookup_accepted": self.lookup_accepted,
             "budget_cut_nodes": self.budget_cut_nodes,
             "budget_empty": self.budget_empty,
+            "prefix_gaps": self.prefix_gaps,
             "steps_timed": self.steps_timed,
             "step_seconds": self.step_seconds,
             "overhead_seconds": dict(self.overhead_seconds),
@@ -246,8 +250,10 @@ class EntMTPProposer:
         if request.observed is not None:
             first, hidden = request.observed
             seen = drafter.prefix_cache.positions
-            if seen and first > seen[-1] + 1:  # positions decoded without us (vLLM's sampler): start again here
-                drafter.reset()
+            if seen and first != seen[-1] + 1:
+                self._count("prefix_gaps")
+                if first > seen[-1] + 1:  # positions decoded without us (vLLM's sampler): start again here
+                    drafter.reset()
             drafter.observe(hidden.to(self.device), torch.arange(first, first + hidden.shape[0]))
         return drafter
 
@@ -445,9 +451,11 @@ class EntMTPProposer:
         return len(self._requests)
 
     @property
-    def num_prefix_caches(self) -> int:
-        """Requests holding their own prefix-layer cache (heads with a prefix layer)."""
-        return len(self._forks)
+    def prefix_windows(self) -> list[tuple[int, int]]:
+        """(first, last) position held by each request's own prefix-layer cache (heads with a
+        prefix layer); consecutive positions, so last - first + 1 entries."""
+        return [(f.prefix_cache.positions[0], f.prefix_cache.positions[-1])
+                for f in self._forks.values() if f.prefix_cache.positions]
 
     def _state(self, req_id: str) -> RequestSchedule:
         state = self._requests.get(req_id)

@@ -66,6 +66,14 @@ from entmtp_vllm.vllm_plugin.tree_step import TREE_STEP_ATTR, TreeStep
 
 logger = init_logger(__name__)
 
+def _accepted_rows(plan: StepPlan, i: int, root_row: int, accepted: list[int]) -> tuple[int, list[int]]:
+    """(position of the root, token rows of the accepted nodes) of request i: after compaction
+    the accepted path sits at consecutive positions from the root's (a prefill chunk's root row
+    is its last)."""
+    first = int(plan.prefix_lens[i]) + root_row - int(plan.starts[i])
+    return first, [root_row + node for node in accepted]
+
+
 class TreeRunnerMixin:
     """Tree verification for the EntMTP proposer, mixed into a vLLM V1 model runner class
     (`class Runner(TreeRunnerMixin, CPUModelRunner)`). The platform class implements
@@ -280,6 +288,8 @@ class TreeRunnerMixin:
         token_rows = plan.starts[1:] - num_drafts - 1
         p0, entropies = self._root_features(plan, rows)
         plan.outcomes = [(int(token_rows[i]), p0[i], entropies[i], None) for i in range(plan.num_reqs)]
+        if self._entmtp.observes_positions:
+            plan.observed = [_accepted_rows(plan, i, int(token_rows[i]), [0]) for i in range(plan.num_reqs)]
         return output
 
     def _verify(self, plan: StepPlan, logits: torch.Tensor, metadata) -> SamplerOutput:
@@ -336,9 +346,8 @@ class TreeRunnerMixin:
             # chunk has one row: its last token).
             root_row = int(plan.starts[i + 1]) - num_drafts[i] - 1
             token_rows.append(root_row + accepted[-1])
-            if observed is not None:  # the accepted path's rows, at consecutive positions after compaction
-                first = int(plan.prefix_lens[i]) + root_row - int(plan.starts[i])
-                observed.append((first, [root_row + node for node in accepted]))
+            if observed is not None:
+                observed.append(_accepted_rows(plan, i, root_row, accepted))
 
         if paths and plan.tree_step is not None and plan.tree_step.compaction:
             self._timed("verify", started)
@@ -458,7 +467,7 @@ class TreeRunnerMixin:
             return None
         stats = self._entmtp.stats.as_dict()
         stats["live_requests"] = self._entmtp.num_live_requests
-        stats["prefix_caches"] = self._entmtp.num_prefix_caches
+        stats["prefix_windows"] = self._entmtp.prefix_windows
         stats["step_cost"] = self._entmtp.cost_model.as_dict()
         stats["head_scale"] = self._entmtp.calibration.scale
         stats["lookup_rate"] = self._entmtp.lookup_rate.rate

@@ -244,16 +244,18 @@ def test_prefix_layer_heads_get_a_cache_per_request_that_follows_the_accepted_po
     torch.testing.assert_close(fork.prefix_cache.last_output, expected, atol=1e-5, rtol=1e-4)
     # "b" skipped positions (9, 10 were never observed): its cache starts again at 11
     assert proposer._forks["b"].prefix_cache.positions == [11]
+    assert proposer.stats.prefix_gaps == 1
     assert proposer.drafter.prefix_cache.length == 0  # the shared drafter's own cache is never used
+    assert sorted(proposer.prefix_windows) == [(7, 11), (11, 11)]
     proposer.drop(["a", "b"])
-    assert proposer.num_prefix_caches == 0 and proposer.num_live_requests == 0
+    assert proposer.prefix_windows == [] and proposer.num_live_requests == 0
 
 
 def test_heads_without_a_prefix_layer_share_one_drafter():
     proposer = _proposer({"bank": "full:2,1,1", "budget": None})
     assert not proposer.observes_positions
     proposer.propose_trees([_request("a"), _request("b")], batch_size=2)
-    assert proposer.num_prefix_caches == 0
+    assert proposer.prefix_windows == [] and not proposer._forks
 
 
 @pytest.mark.parametrize("window,context", [(None, "sequence"), (8, "sequence"), (None, "answer")])
