@@ -92,15 +92,19 @@ def longest_path(buffers: TreeBuffers, node_ok: torch.Tensor) -> list[int]:
     return _path(buffers, best, int(lengths[best]))
 
 
-def accept_greedy(buffers: TreeBuffers, draft_tokens: torch.Tensor, logits: torch.Tensor) -> AcceptResult:
+def accept_greedy(
+    buffers: TreeBuffers, draft_tokens: torch.Tensor, logits: torch.Tensor, target: torch.Tensor | None = None
+) -> AcceptResult:
     """Longest root-to-node path whose every draft equals the argmax of its parent's row.
 
     Candidates are the retrieve rows, so duplicated sibling tokens are each followed into
     their own subtree; the longest match wins and ties go to the first row. The bonus is
-    the argmax at the last accepted node (ties to the lowest token id).
+    the argmax at the last accepted node (ties to the lowest token id). `target`: the rows'
+    argmax when the caller already has it (one argmax over a whole batch's rows).
     """
     _check_inputs(buffers, draft_tokens, logits)
-    target = greedy_tokens(logits)
+    if target is None:
+        target = greedy_tokens(logits)
     node_ok = draft_tokens == target[buffers.parents.clamp(min=0)]
     accepted = longest_path(buffers, node_ok)
     return AcceptResult(accepted, int(target[accepted[-1]]))

@@ -57,6 +57,18 @@ def test_greedy_prefers_the_deeper_match_among_duplicated_siblings() -> None:
     assert result.emitted(tokens) == [2, 3, 4, 6]
 
 
+def test_greedy_reads_a_precomputed_argmax_when_given_one() -> None:
+    """The runner passes one argmax over the whole batch's rows: the rule reads it, and a
+    different target gives the path that target implies (so it is not recomputed)."""
+    tokens = torch.tensor([7, 2, 2, 3, 3, 4])
+    logits = peaked_logits([2, 3, 3, 0, 4, 6])
+    own = accept_greedy(UNEVEN, tokens, logits)
+    given = accept_greedy(UNEVEN, tokens, logits, target=logits.argmax(-1))
+    assert (given.accepted, given.bonus_token) == (own.accepted, own.bonus_token)
+    other = accept_greedy(UNEVEN, tokens, logits, target=torch.tensor([2, 3, 0, 0, 0, 0]))
+    assert other.accepted == [0, 1, 3] and other.bonus_token == 0
+
+
 def test_greedy_ties_go_to_the_first_row() -> None:
     # Both branches match exactly two drafts: the first retrieve row wins.
     tokens = torch.tensor([7, 2, 2, 3, 3, 5])

@@ -235,7 +235,7 @@ class EntMTPProposer:
     @property
     def observes_positions(self) -> bool:
         """Whether drafting needs every accepted position's hidden state (a prefix layer)."""
-        return self.drafter is not None and self.drafter.prefix_cache is not None
+        return getattr(self.drafter, "prefix_cache", None) is not None
 
     def _drafter_of(self, request: DraftRequest):
         """The drafter a request drafts with: the shared one, or for heads with a prefix layer

@@ -55,7 +55,7 @@ import torch
 from vllm.logger import init_logger
 from vllm.v1.outputs import SamplerOutput
 
-from entmtp_vllm.acceptance import accept
+from entmtp_vllm.acceptance import accept, accept_greedy
 from entmtp_vllm.config import SamplingParams
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.features import entropy as entropy_of
@@ -307,6 +307,9 @@ class TreeRunnerMixin:
         accept_lengths: list[int | None] = []
         paths: dict[int, list[int]] = {}  # requests whose accepted path skips a node
         observed: list[tuple[int, list[int]]] | None = [] if drafter.observes_positions else None
+        # One argmax over every row of the step for the greedy requests (per request, the calls'
+        # own cost was most of the verification time at 16 requests: results/serving/step_profile).
+        targets = greedy_tokens(logits) if any(p.greedy for p in plan.params[: plan.num_reqs]) else None
         for i in range(plan.num_reqs):
             hi = ends[i]
             lo = hi - num_drafts[i] - 1
@@ -316,19 +319,15 @@ class TreeRunnerMixin:
             tree = plan.trees[i]
             if tree is None:
                 accepted = [0]
-                emitted = [self._pick(rows[0], params, generator)]
+                emitted = [int(targets[lo]) if params.greedy else self._pick(rows[0], params, generator)]
                 accept_lengths.append(None)
             else:
                 # Host sync (GPU): the acceptance rule reads this request's rows on the host.
-                result = accept(
-                    mode if not params.greedy else "greedy",
-                    tree.buffers,
-                    tree.tokens,
-                    rows,
-                    params=params,
-                    typical=typical,
-                    generator=generator,
-                )
+                if params.greedy:
+                    result = accept_greedy(tree.buffers, tree.tokens, rows, target=targets[lo:hi])
+                else:
+                    result = accept(mode, tree.buffers, tree.tokens, rows, params=params, typical=typical,
+                                    generator=generator)
                 accepted = result.accepted
                 emitted = result.emitted(tree.tokens)
                 accept_lengths.append(len(emitted))
