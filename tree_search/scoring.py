@@ -135,21 +135,27 @@ def accepted_branches(tree: frozenset, row: Sequence[int], hits: int = 0,
             if rank < 0:
                 break
             child = path + (rank,)
-            if child not in tree:
-                if child in wanted:
-                    found.append(child)
+            if not _enters(child, tree, wanted, found):
                 break
             path = child
         best = max(best, len(path))
         if len(base) >= hits:  # the next copied token is wrong (or absent)
             break
         child = base + (LOOKUP,)
-        if child not in tree:
-            if child in wanted:
-                found.append(child)
+        if not _enters(child, tree, wanted, found):
             break
         base = child
     return best, found
+
+
+def _enters(child: Path_, tree: frozenset, wanted: frozenset | set, found: list[Path_]) -> bool:
+    """Whether the walk goes on into `child` (a node of `tree`); where it stops at a wanted
+    candidate, the candidate is accepted (`found`)."""
+    if child in tree:
+        return True
+    if child in wanted:
+        found.append(child)
+    return False
 
 
 class RankScorer:

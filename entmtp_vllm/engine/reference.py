@@ -196,22 +196,14 @@ class ReferenceEngine:
 
     # ------------------------------------------------------------------ decoding
 
-    def generate(
-        self,
-        prompt_ids: Sequence[int],
-        max_new_tokens: int,
-        sampling: SamplingParams = SamplingParams(),
-        acceptance: str = "typical",
-        method: str | None = None,
-        seed: int | None = None,
-        generator: torch.Generator | None = None,
-    ) -> Generation:
+    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int, **options) -> Generation:
         """Generate up to `max_new_tokens` tokens after `prompt_ids` (token ids, already templated).
 
-        `method` is "tree" (default when the engine has heads) or "ar". `seed` (or an explicit
-        `generator`) makes sampling at temperature > 0 reproducible.
+        `options` are `decode`'s: `sampling`, `acceptance`, `method` ("tree", the default when
+        the engine has heads, or "ar"), `seed` or an explicit `generator` (which make sampling
+        at temperature > 0 reproducible).
         """
-        *_, generation = self.decode(prompt_ids, max_new_tokens, sampling, acceptance, method, seed, generator)
+        *_, generation = self.decode(prompt_ids, max_new_tokens, **options)
         return generation
 
     @torch.inference_mode()
