@@ -13,6 +13,10 @@
    is EntMTP it validates `additional_config["entmtp"]`, refuses what the tree path cannot serve
    (`support.py`), and, if `--worker-cls` was left at auto, selects the platform's EntMTP worker.
    Any `EntMTPError` there makes vLLM refuse to start, before any model is loaded.
+4. On CPU, vLLM's Ray executor (`--distributed-executor-backend ray`, which vLLM 0.32.0 refuses
+   there): the CPU platform gets a Ray device (Ray's logical `GPU` resource, which the cluster
+   declares) in every process, and an engine with that executor gets Ray's setup hook that does
+   the same in its worker actors (`ray_cpu.py`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.vllm_plugin.config import PROPOSER_CLASS, config_from_vllm, heads_folder, parse_config, resolve
+from entmtp_vllm.vllm_plugin.ray_cpu import name_ray_device, prepare_ray_executor
 
 CPU_ATTENTION_BACKEND = "entmtp_vllm.vllm_plugin.attention.TreeCPUAttentionBackend"
 FLASH_ATTENTION_BACKEND = "entmtp_vllm.vllm_plugin.gpu_attention.TreeFlashAttentionBackend"
@@ -116,7 +121,8 @@ def register_attention_backends() -> None:
 
 
 def wrap_platform() -> None:
-    """Run `prepare_config` after the current platform's own config checks (once per process)."""
+    """Run `prepare_config` after the current platform's own config checks (once per process);
+    on CPU, also `prepare_ray_executor` and the platform's Ray device."""
     from vllm.platforms import current_platform
 
     platform_cls = current_platform if isinstance(current_platform, type) else type(current_platform)
@@ -124,9 +130,13 @@ def wrap_platform() -> None:
     if getattr(stock, _MARK, False):
         return
     name = platform_name(current_platform)
+    if name == "cpu":
+        name_ray_device(platform_cls)
 
     def check_and_update_config(cls, vllm_config) -> None:
         stock(vllm_config)
+        if name == "cpu":
+            prepare_ray_executor(vllm_config)
         prepare_config(vllm_config, name)
 
     setattr(check_and_update_config, _MARK, True)

@@ -10,12 +10,19 @@
 
 The plugin selects the worker of the platform it runs on (see `install.py`); by hand:
 `--worker-cls entmtp_vllm.vllm_plugin.worker.EntMTPCPUWorker` (or `EntMTPGPUWorker`).
+
+Both log, when their device is set up, the process they run in and, under vLLM's Ray executor,
+the Ray actor (`EntMTP worker EntMTPCPUWorker in Ray actor vllm_Worker_... (pid N)`).
 """
 
 from __future__ import annotations
 
+import os
+import sys
+
 import vllm.v1.worker.cpu_worker as cpu_worker
 from vllm.v1.worker.cpu_worker import CPUWorker
+from vllm.logger import init_logger
 from vllm.v1.worker.gpu_worker import Worker
 
 from entmtp_vllm.vllm_plugin.model_runner import EntMTPCPUModelRunner, EntMTPGPUModelRunner
@@ -23,6 +30,25 @@ from entmtp_vllm.vllm_plugin.tree_runner import TreeRunnerMixin
 
 WORKER_PATH = "entmtp_vllm.vllm_plugin.worker.EntMTPCPUWorker"
 GPU_WORKER_PATH = "entmtp_vllm.vllm_plugin.worker.EntMTPGPUWorker"
+
+logger = init_logger(__name__)
+
+
+def ray_actor() -> str | None:
+    """The name (else the id) of the Ray actor this process runs; None outside a Ray actor."""
+    ray = sys.modules.get("ray")  # a process that never imported Ray is no Ray actor
+    if ray is None or not ray.is_initialized():
+        return None
+    context = ray.get_runtime_context()
+    actor_id = context.get_actor_id()
+    return None if actor_id is None else (context.get_actor_name() or actor_id)
+
+
+def placement(worker: object) -> str:
+    """`EntMTP worker <class> in Ray actor <name> (pid N)`, or `... in process N` outside Ray."""
+    actor = ray_actor()
+    where = f"in Ray actor {actor} (pid {os.getpid()})" if actor else f"in process {os.getpid()}"
+    return f"EntMTP worker {type(worker).__name__} {where}"
 
 
 class _StatsMixin:
@@ -42,10 +68,15 @@ class EntMTPCPUWorker(_StatsMixin, CPUWorker):
             super().init_device()
         finally:
             cpu_worker.CPUModelRunner = stock
+        logger.info(placement(self))
 
 
 class EntMTPGPUWorker(_StatsMixin, Worker):
     """GPU worker whose model runner verifies draft trees (not yet run on a GPU with vLLM)."""
+
+    def init_device(self) -> None:
+        super().init_device()
+        logger.info(placement(self))
 
     def _make_model_runner(self) -> EntMTPGPUModelRunner:
         return EntMTPGPUModelRunner(self.vllm_config, self.device)
