@@ -31,7 +31,8 @@ from entmtp_vllm.vllm_plugin.tree_runner import TreeRunnerMixin
 WORKER_PATH = "entmtp_vllm.vllm_plugin.worker.EntMTPCPUWorker"
 GPU_WORKER_PATH = "entmtp_vllm.vllm_plugin.worker.EntMTPGPUWorker"
 
-logger = init_logger(__name__)
+logger = init_logger("vllm.entmtp.worker")
+"""Under `vllm`: vLLM configures only that logger (its handler, format, VLLM_LOGGING_LEVEL)."""
 
 
 def ray_actor() -> str | None:
