@@ -20,10 +20,17 @@ the actor). The engine process runs `register()` first (`v1/engine/core.py:127`)
 `setup_ray_worker` as Ray's `worker_process_setup_hook`, put into the engine's
 `parallel_config.ray_runtime_env`, which vLLM gives to `ray.init` and to each worker actor
 (`ray_utils.py:570`, `ray_executor_v2.py:261`).
+
+Before the engine starts, `check_ray_cluster` connects to the Ray cluster vLLM will use and refuses
+(one-line `EntMTPError`) when there is none or it declares fewer `GPU` slots than workers: vLLM
+would otherwise start a Ray instance of its own with no `GPU` slot and wait for its placement group
+(`PG_WAIT_TIMEOUT` = 1800 s, `ray_utils.py:29`).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any
 
 from entmtp_vllm.errors import EntMTPError
@@ -71,12 +78,49 @@ def uses_ray_executor(parallel_config: Any) -> bool:
     return getattr(parallel_config, "distributed_executor_backend", None) == RAY_BACKEND
 
 
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+def _cluster_slots(ray: Any) -> float:
+    return float(ray.cluster_resources().get(RAY_DEVICE_KEY, 0))
+
+
+def check_ray_cluster(workers: int) -> None:
+    """Refuse when the Ray cluster vLLM will use (this process's, else `RAY_ADDRESS`'s, else the
+    one running on this machine) is missing or declares fewer `GPU` slots than `workers`."""
+    import ray
+
+    if ray.is_initialized():
+        slots = _cluster_slots(ray)
+    else:
+        address = os.environ.get("RAY_ADDRESS") or "auto"
+        try:
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        except (ConnectionError, RuntimeError) as error:
+            raise EntMTPError(
+                f"vLLM's Ray executor on CPU needs a running Ray cluster with {RAY_DEVICE_KEY} slots "
+                f"(`ray start --head --num-gpus {workers}`); none reachable at {address}: {_first_line(error)}"
+            ) from None
+        try:
+            slots = _cluster_slots(ray)
+        finally:
+            ray.shutdown()
+    if slots < workers:
+        raise EntMTPError(
+            f"vLLM's Ray executor on CPU takes one Ray {RAY_DEVICE_KEY} slot per worker ({workers}), the cluster "
+            f"declares {slots:g}: start it with `ray start --head --num-gpus {workers}` (logical, no GPU is used)"
+        )
+
+
 def prepare_ray_executor(vllm_config: Any) -> None:
-    """On CPU with `--distributed-executor-backend ray`: the setup hook into the engine's Ray
-    runtime env (no-op for other executors)."""
+    """On CPU with `--distributed-executor-backend ray`: check the cluster, then put the setup
+    hook into the engine's Ray runtime env (no-op for other executors)."""
     parallel = vllm_config.parallel_config
     if not uses_ray_executor(parallel):
         return
     from ray.runtime_env import RuntimeEnv
 
+    check_ray_cluster(parallel.world_size)
     parallel.ray_runtime_env = RuntimeEnv(**with_setup_hook(parallel.ray_runtime_env))

@@ -11,10 +11,12 @@ from types import SimpleNamespace
 import pytest
 
 from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.vllm_plugin import ray_cpu
 from entmtp_vllm.vllm_plugin.ray_cpu import (
     NOSET_ENV_VARS,
     RAY_DEVICE_KEY,
     SETUP_HOOK,
+    check_ray_cluster,
     name_ray_device,
     prepare_ray_executor,
     with_setup_hook,
@@ -71,15 +73,77 @@ def test_other_executors_keep_their_runtime_env(backend):
     assert config.parallel_config.ray_runtime_env is None
 
 
-def test_the_ray_executor_gets_the_hook_in_a_ray_runtime_env():
+def test_the_ray_executor_gets_the_hook_in_a_ray_runtime_env(monkeypatch):
     pytest.importorskip("ray")
     from ray.runtime_env import RuntimeEnv
 
+    checked = []
+    monkeypatch.setattr(ray_cpu, "check_ray_cluster", checked.append)
     config = _vllm_config("ray", {"env_vars": {"A": "1"}})
+    config.parallel_config.world_size = 1
     prepare_ray_executor(config)
+    assert checked == [1]
     env = config.parallel_config.ray_runtime_env
     assert isinstance(env, RuntimeEnv)
     assert env["worker_process_setup_hook"] == SETUP_HOOK and env["env_vars"] == {"A": "1"}
+
+
+class _FakeRay:
+    """`ray` as `check_ray_cluster` uses it: a cluster with `gpus` GPU slots, or none."""
+
+    def __init__(self, gpus: float | None, initialized: bool = False):
+        self.gpus, self.initialized, self.calls = gpus, initialized, []
+
+    def is_initialized(self):
+        return self.initialized
+
+    def init(self, address, **kwargs):
+        self.calls.append(("init", address))
+        if self.gpus is None:
+            raise ConnectionError("Could not find any running Ray instance.\nPlease specify the address.")
+        self.initialized = True
+
+    def cluster_resources(self):
+        return {"CPU": 2.0, **({"GPU": self.gpus} if self.gpus else {})}
+
+    def shutdown(self):
+        self.calls.append(("shutdown",))
+        self.initialized = False
+
+
+@pytest.mark.parametrize("address", [None, "127.0.0.1:6379"])
+def test_a_cluster_with_enough_gpu_slots_passes_and_is_left_as_found(monkeypatch, address):
+    fake = _FakeRay(gpus=2)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    if address:
+        monkeypatch.setenv("RAY_ADDRESS", address)
+    else:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    check_ray_cluster(2)
+    assert fake.calls == [("init", address or "auto"), ("shutdown",)]
+    inside = _FakeRay(gpus=1, initialized=True)  # a Ray task or actor (Ray Serve): no init, no shutdown
+    monkeypatch.setitem(sys.modules, "ray", inside)
+    check_ray_cluster(1)
+    assert inside.calls == [] and inside.initialized
+
+
+@pytest.mark.parametrize(
+    "gpus, words",
+    [
+        (None, ["needs a running Ray cluster", "ray start --head --num-gpus 1", "Could not find any running Ray"]),
+        (0, ["one Ray GPU slot per worker (1)", "declares 0", "--num-gpus 1"]),
+    ],
+)
+def test_no_cluster_or_no_gpu_slot_is_refused_in_one_line(monkeypatch, gpus, words):
+    fake = _FakeRay(gpus=gpus)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(EntMTPError) as info:
+        check_ray_cluster(1)
+    assert "\n" not in str(info.value)
+    for word in words:
+        assert word in str(info.value)
+    assert not fake.initialized
 
 
 @pytest.mark.vllm
