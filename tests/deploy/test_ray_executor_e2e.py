@@ -5,8 +5,8 @@ server with the default executor.
 
 Checks: greedy outputs identical on 3 prompts (24 tokens, float32); the EntMTP worker ran inside
 vLLM's Ray worker actor (its log line names the actor and its pid, and that pid was a
-`ray::RayWorkerProc` process under this cluster's raylet, not under the server), and drafts were
-accepted; at the end every process of the server and of the Ray cluster is gone. Servers are
+`ray::RayWorkerProc` process among the Ray processes this test's `ray.init` started, outside the
+server's process tree), and drafts were accepted; at the end every process of the server and of the Ray cluster is gone. Servers are
 stopped with SIGINT and waited for, one at a time.
 """
 
@@ -67,7 +67,7 @@ def _command(model_path: str, port: int, extra: list[str]) -> list[str]:
     ]
 
 
-def _tree(root: int, exclude: set[int] = frozenset()) -> dict[int, list[str]]:
+def _tree(root: int, exclude: frozenset[int] | set[int] = frozenset()) -> dict[int, list[str]]:
     """pid: command line of `root`'s descendants (not `root`), without `exclude` and theirs."""
     found: dict[int, list[str]] = {}
     for child in psutil.Process(root).children(recursive=True):
