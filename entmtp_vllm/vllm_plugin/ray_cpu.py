@@ -25,12 +25,16 @@ Before the engine starts, `check_ray_cluster` connects to the Ray cluster vLLM w
 (one-line `EntMTPError`) when there is none or it declares fewer `GPU` slots than workers: vLLM
 would otherwise start a Ray instance of its own with no `GPU` slot and wait for its placement group
 (`PG_WAIT_TIMEOUT` = 1800 s, `ray_utils.py:29`).
+
+`placement(worker)` is the line the EntMTP workers log: the process, and the Ray actor when there
+is one (vLLM-free, so a plain Ray actor can check it).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Any
 
 from entmtp_vllm.errors import EntMTPError
@@ -124,3 +128,20 @@ def prepare_ray_executor(vllm_config: Any) -> None:
 
     check_ray_cluster(parallel.world_size)
     parallel.ray_runtime_env = RuntimeEnv(**with_setup_hook(parallel.ray_runtime_env))
+
+
+def ray_actor() -> str | None:
+    """The name (else the id) of the Ray actor this process runs; None outside a Ray actor."""
+    ray = sys.modules.get("ray")  # a process that never imported Ray is no Ray actor
+    if ray is None or not ray.is_initialized():
+        return None
+    context = ray.get_runtime_context()
+    actor_id = context.get_actor_id()
+    return None if actor_id is None else (context.get_actor_name() or actor_id)
+
+
+def placement(worker: object) -> str:
+    """`EntMTP worker <class> in Ray actor <name> (pid N)`, or `... in process N` outside Ray."""
+    actor = ray_actor()
+    where = f"in Ray actor {actor} (pid {os.getpid()})" if actor else f"in process {os.getpid()}"
+    return f"EntMTP worker {type(worker).__name__} {where}"

@@ -17,14 +17,12 @@ the Ray actor (`EntMTP worker EntMTPCPUWorker in Ray actor vllm_Worker_... (pid 
 
 from __future__ import annotations
 
-import os
-import sys
-
 import vllm.v1.worker.cpu_worker as cpu_worker
 from vllm.v1.worker.cpu_worker import CPUWorker
 from vllm.logger import init_logger
 from vllm.v1.worker.gpu_worker import Worker
 
+from entmtp_vllm.vllm_plugin.ray_cpu import placement
 from entmtp_vllm.vllm_plugin.model_runner import EntMTPCPUModelRunner, EntMTPGPUModelRunner
 from entmtp_vllm.vllm_plugin.tree_runner import TreeRunnerMixin
 
@@ -33,23 +31,6 @@ GPU_WORKER_PATH = "entmtp_vllm.vllm_plugin.worker.EntMTPGPUWorker"
 
 logger = init_logger("vllm.entmtp.worker")
 """Under `vllm`: vLLM configures only that logger (its handler, format, VLLM_LOGGING_LEVEL)."""
-
-
-def ray_actor() -> str | None:
-    """The name (else the id) of the Ray actor this process runs; None outside a Ray actor."""
-    ray = sys.modules.get("ray")  # a process that never imported Ray is no Ray actor
-    if ray is None or not ray.is_initialized():
-        return None
-    context = ray.get_runtime_context()
-    actor_id = context.get_actor_id()
-    return None if actor_id is None else (context.get_actor_name() or actor_id)
-
-
-def placement(worker: object) -> str:
-    """`EntMTP worker <class> in Ray actor <name> (pid N)`, or `... in process N` outside Ray."""
-    actor = ray_actor()
-    where = f"in Ray actor {actor} (pid {os.getpid()})" if actor else f"in process {os.getpid()}"
-    return f"EntMTP worker {type(worker).__name__} {where}"
 
 
 class _StatsMixin:

@@ -1,11 +1,10 @@
 """vLLM's Ray executor on CPU (`ray_cpu.py`): the CPU platform's Ray device, Ray's setup hook in
-the engine's runtime env, and the worker's placement line. The real run (a Ray cluster, the
-EntMTP worker inside vLLM's worker actor) is `tests/deploy/test_ray_executor_e2e.py`."""
+the engine's runtime env. The cluster check and the worker's placement line run against a real
+local Ray in `tests/deploy/test_ray_cpu_cluster.py`; the real run (a Ray cluster, the EntMTP
+worker inside vLLM's worker actor) is `tests/deploy/test_ray_executor_e2e.py`."""
 
 from __future__ import annotations
 
-import os
-import sys
 from types import SimpleNamespace
 
 import pytest
@@ -16,7 +15,6 @@ from entmtp_vllm.vllm_plugin.ray_cpu import (
     NOSET_ENV_VARS,
     RAY_DEVICE_KEY,
     SETUP_HOOK,
-    check_ray_cluster,
     name_ray_device,
     prepare_ray_executor,
     with_setup_hook,
@@ -88,64 +86,6 @@ def test_the_ray_executor_gets_the_hook_in_a_ray_runtime_env(monkeypatch):
     assert env["worker_process_setup_hook"] == SETUP_HOOK and env["env_vars"] == {"A": "1"}
 
 
-class _FakeRay:
-    """`ray` as `check_ray_cluster` uses it: a cluster with `gpus` GPU slots, or none."""
-
-    def __init__(self, gpus: float | None, initialized: bool = False):
-        self.gpus, self.initialized, self.calls = gpus, initialized, []
-
-    def is_initialized(self):
-        return self.initialized
-
-    def init(self, address, **kwargs):
-        self.calls.append(("init", address))
-        if self.gpus is None:
-            raise ConnectionError("Could not find any running Ray instance.\nPlease specify the address.")
-        self.initialized = True
-
-    def cluster_resources(self):
-        return {"CPU": 2.0, **({"GPU": self.gpus} if self.gpus else {})}
-
-    def shutdown(self):
-        self.calls.append(("shutdown",))
-        self.initialized = False
-
-
-@pytest.mark.parametrize("address", [None, "127.0.0.1:6379"])
-def test_a_cluster_with_enough_gpu_slots_passes_and_is_left_as_found(monkeypatch, address):
-    fake = _FakeRay(gpus=2)
-    monkeypatch.setitem(sys.modules, "ray", fake)
-    if address:
-        monkeypatch.setenv("RAY_ADDRESS", address)
-    else:
-        monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    check_ray_cluster(2)
-    assert fake.calls == [("init", address or "auto"), ("shutdown",)]
-    inside = _FakeRay(gpus=1, initialized=True)  # a Ray task or actor (Ray Serve): no init, no shutdown
-    monkeypatch.setitem(sys.modules, "ray", inside)
-    check_ray_cluster(1)
-    assert inside.calls == [] and inside.initialized
-
-
-@pytest.mark.parametrize(
-    "gpus, words",
-    [
-        (None, ["needs a running Ray cluster", "ray start --head --num-gpus 1", "Could not find any running Ray"]),
-        (0, ["one Ray GPU slot per worker (1)", "declares 0", "--num-gpus 1"]),
-    ],
-)
-def test_no_cluster_or_no_gpu_slot_is_refused_in_one_line(monkeypatch, gpus, words):
-    fake = _FakeRay(gpus=gpus)
-    monkeypatch.setitem(sys.modules, "ray", fake)
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    with pytest.raises(EntMTPError) as info:
-        check_ray_cluster(1)
-    assert "\n" not in str(info.value)
-    for word in words:
-        assert word in str(info.value)
-    assert not fake.initialized
-
-
 @pytest.mark.vllm
 def test_the_plugin_names_the_cpu_platforms_ray_device():
     pytest.importorskip("vllm")
@@ -160,41 +100,3 @@ def test_the_plugin_names_the_cpu_platforms_ray_device():
     setup_ray_worker()
     assert current_platform.ray_device_key == "GPU"
     assert list(current_platform.ray_noset_device_env_vars) == list(NOSET_ENV_VARS)
-
-
-class _Context:
-    def __init__(self, actor_id, name):
-        self._id, self._name = actor_id, name
-
-    def get_actor_id(self):
-        return self._id
-
-    def get_actor_name(self):
-        return self._name
-
-
-def _fake_ray(initialized: bool, actor_id=None, name=None) -> SimpleNamespace:
-    return SimpleNamespace(is_initialized=lambda: initialized, get_runtime_context=lambda: _Context(actor_id, name))
-
-
-@pytest.mark.vllm
-@pytest.mark.parametrize(
-    "ray, where",
-    [
-        (None, f"in process {os.getpid()}"),
-        (_fake_ray(False), f"in process {os.getpid()}"),
-        (_fake_ray(True), f"in process {os.getpid()}"),  # a Ray driver, no actor
-        (_fake_ray(True, "a1b2", "vllm_Worker_7"), f"in Ray actor vllm_Worker_7 (pid {os.getpid()})"),
-        (_fake_ray(True, "a1b2", ""), f"in Ray actor a1b2 (pid {os.getpid()})"),
-    ],
-)
-def test_the_worker_says_where_it_runs(monkeypatch, ray, where):
-    pytest.importorskip("vllm")
-    from entmtp_vllm.vllm_plugin import worker
-
-    if ray is None:
-        monkeypatch.delitem(sys.modules, "ray", raising=False)
-    else:
-        monkeypatch.setitem(sys.modules, "ray", ray)
-    fake_worker = type("EntMTPCPUWorker", (), {})()
-    assert worker.placement(fake_worker) == f"EntMTP worker EntMTPCPUWorker {where}"
