@@ -3,13 +3,13 @@
 # trained on the same data for the same steps, evaluated as an engine sees them.
 # Every stage resumes: answers already in the JSONL, records already cached and checkpoints
 # already written are kept. Run from the repository root; work goes to runs/heads2/ (not in git).
-#   STAGES="gen cache train eval" bash docs/results/heads/selfdistill_1m/run.sh
+#   STAGES="gen cache train eval engine" bash docs/results/heads/selfdistill_1m/run.sh
 set -euo pipefail
 HERE=docs/results/heads/selfdistill_1m
 RUN=${RUN:-runs/heads2}
 PROMPTS=${PROMPTS:-5600}          # ShareGPT train-split prompts (≈ 200 answer tokens each)
 STEPS=${STEPS:-8000}              # optimizer steps of 256 positions, the same for both head kinds
-STAGES=${STAGES:-"gen cache train eval"}
+STAGES=${STAGES:-"gen cache train eval engine"}
 PY=.venv/bin/python
 mkdir -p "$RUN"
 for stage in $STAGES; do
@@ -32,6 +32,17 @@ for stage in $STAGES; do
     for kind in hydrapp hydra; do
       $PY -m entmtp_vllm.training.evaluate_heads "$RUN/$kind/heads" --cache "$RUN/cache" --positions 2000 \
         --records 60 --json "$HERE/eval_$kind.json" 2>&1 | grep -v Loading | tee "$HERE/eval_$kind.log"
+    done ;;
+  engine) # engine τ (reference engine, greedy, float32) on the four test splits: the published
+          # tree and each task's bank, for the shipped heads and both new kinds
+    TREES=../shared/data/trees/medusa_hydra_trees.json
+    for task in mt_bench gsm8k humaneval sharegpt; do
+      for heads in entmtp_vllm/assets/heads/smollm2-135m-hydra "$RUN/hydra/heads" "$RUN/hydrapp/heads"; do
+        name=$(basename "$(dirname "$heads")")_$(basename "$heads")
+        .venv/bin/entmtp bench offline --dataset $task --split test -n 10 --max-tokens 128 --dtype float32 \
+          --methods "tree:$TREES#mc_sim_7b_63,bank:entmtp_vllm/assets/banks/smollm2-135m-$task.json" \
+          --heads "$heads" --no-progress --out "$HERE/engine/${task}_$name"
+      done
     done ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
