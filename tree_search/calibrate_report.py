@@ -9,7 +9,7 @@ from typing import Any
 from entmtp_vllm.bench.paired import paired_text
 
 from tree_search.policy_grid import PAPER_TAUS, best_of
-from tree_search.report import write_stage_outputs
+from tree_search.report import finish_plot, write_stage_outputs
 from tree_search.step_costs import STEP_COSTS_FILE
 
 
@@ -132,15 +132,10 @@ def plot_calibrate(results: dict[str, Any], path: Path, pairs_shown: int = 5) ->
     for x in PAPER_TAUS:
         ax.axvline(x, color="#dddddd", linewidth=0.6, zorder=0)
     ax.set_xscale("log")
-    ax.set_xlabel("τ_on = τ_off (path value threshold; grey: the paper's grid)")
-    ax.set_ylabel("predicted tok/s (replay × measured step costs)")
-    ax.set_title(f"Scheduler sweep — {results['settings']['dataset']}, {results['settings']['calibration_prompts']} "
-                 f"calibration prompts (best {len(pairs)} pairs)", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=6, loc="lower left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    finish_plot(fig, ax, path, "τ_on = τ_off (path value threshold; grey: the paper's grid)",
+                "predicted tok/s (replay × measured step costs)",
+                f"Scheduler sweep — {results['settings']['dataset']}, {results['settings']['calibration_prompts']} "
+                f"calibration prompts (best {len(pairs)} pairs)", 6, "lower left")
 
 
 def write_calibrate_outputs(results: dict[str, Any], out: Path) -> dict[str, str]:

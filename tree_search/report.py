@@ -98,6 +98,21 @@ def frontier_bank(results: dict[str, Any]) -> BankFile:
     })
 
 
+def finish_plot(fig, ax, path: Path, xlabel: str, ylabel: str, title: str, legend_size: int, legend_loc: str) -> None:
+    """Label the axes, title (size 9), grid and legend the plot, save it at 120 dpi and close it:
+    the last lines of every tree_search figure."""
+    import matplotlib.pyplot as plt
+
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size, loc=legend_loc)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def plot_frontier(results: dict[str, Any], path: Path) -> None:
     """τ against size, points coloured by depth, bank trees labelled, the reference tree starred."""
     import matplotlib
@@ -127,15 +142,9 @@ def plot_frontier(results: dict[str, Any], path: Path) -> None:
         ax.scatter([ref["size"]], [ref["tau"]], marker="*", s=160, color="#d62728", zorder=4,
                    label=f"{ref['name']} (depth {ref['depth']})")
     settings = results["settings"]
-    ax.set_xlabel("draft nodes (root excluded)")
-    ax.set_ylabel("τ, mean accept length (what-if)")
-    ax.set_title(f"Acceptance frontier — {settings['dataset']}{_hybrid(settings)}, {results['num_prompts']} prompts, "
-                 f"head depth ≤ {settings['max_depth']}, {settings['dtype']}", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    finish_plot(fig, ax, path, "draft nodes (root excluded)", "τ, mean accept length (what-if)",
+                f"Acceptance frontier — {settings['dataset']}{_hybrid(settings)}, {results['num_prompts']} prompts, "
+                f"head depth ≤ {settings['max_depth']}, {settings['dtype']}", 8, "lower right")
 
 
 def write_frontier_outputs(results: dict[str, Any], out: Path) -> dict[str, str]:

@@ -34,6 +34,7 @@ from entmtp_vllm.tree import Tree
 
 from tree_search.frontier import DEFAULT_BANK_SIZES, REFERENCE_TREE, bank_sizes_within, resolve_reference
 from tree_search.resources import frontier_model_heads
+from tree_search.report import finish_plot
 
 THROUGHPUT_DIR = "throughput"
 CANDIDATES = "candidates.json"
@@ -305,15 +306,9 @@ def plot_throughput(results: dict[str, Any], path: Path) -> None:
     ax.axhline(results["ar"]["tokens_per_second"], color="black", linestyle="--", linewidth=1, label="AR")
     settings, machine = results["settings"], results["machine"]
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("draft nodes (root excluded, log scale)")
-    ax.set_ylabel("tokens / s (prefill included)")
-    ax.set_title(f"Throughput frontier — {settings['dataset']}, {results['num_prompts']} {results['split']} prompts, "
-                 f"{machine['dtype']}, {machine['threads']} thread(s)", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    finish_plot(fig, ax, path, "draft nodes (root excluded, log scale)", "tokens / s (prefill included)",
+                f"Throughput frontier — {settings['dataset']}, {results['num_prompts']} {results['split']} prompts, "
+                f"{machine['dtype']}, {machine['threads']} thread(s)", 7, "best")
 
 
 def write_throughput_outputs(results: dict[str, Any], out: Path, offline_paths: dict[str, str]) -> dict[str, str]:
