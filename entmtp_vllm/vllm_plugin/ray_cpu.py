@@ -22,9 +22,10 @@ the actor). The engine process runs `register()` first (`v1/engine/core.py:127`)
 (`ray_utils.py:570`, `ray_executor_v2.py:261`).
 
 Before the engine starts, `check_ray_cluster` connects to the Ray cluster vLLM will use and refuses
-(one-line `EntMTPError`) when there is none or it declares fewer `GPU` slots than workers: vLLM
-would otherwise start a Ray instance of its own with no `GPU` slot and wait for its placement group
-(`PG_WAIT_TIMEOUT` = 1800 s, `ray_utils.py:29`).
+(one-line `EntMTPError`) when there is none (a `host:port` address is first probed over TCP, so a
+dead one fails in seconds, not after `ray.init`'s minutes of retries) or it declares fewer `GPU`
+slots than workers: vLLM would otherwise start a Ray instance of its own with no `GPU` slot and
+wait for its placement group (`PG_WAIT_TIMEOUT` = 1800 s, `ray_utils.py:29`).
 
 `placement(worker)` is the line the EntMTP workers log: the process, and the Ray actor when there
 is one (vLLM-free, so a plain Ray actor can check it).
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 from typing import Any
 
@@ -87,6 +89,23 @@ def _first_line(error: BaseException) -> str:
     return lines[0] if lines else type(error).__name__
 
 
+GCS_PROBE_TIMEOUT_S = 5.0
+"""How long `check_ray_cluster` waits for a TCP connection to a `host:port` cluster address."""
+
+
+def _unreachable(address: str) -> str | None:
+    """Why a `host:port` Ray address takes no TCP connection (None: it does, or the address is of
+    another form). `ray.init` would otherwise retry a dead GCS address for minutes."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or "://" in address or not port.isdigit():
+        return None  # "auto", "local", "ray://...": ray.init resolves those itself
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=GCS_PROBE_TIMEOUT_S):
+            return None
+    except OSError as error:
+        return f"{type(error).__name__}: {error.strerror or error}"
+
+
 def _cluster_slots(ray: Any) -> float:
     return float(ray.cluster_resources().get(RAY_DEVICE_KEY, 0))
 
@@ -100,13 +119,17 @@ def check_ray_cluster(workers: int) -> None:
         slots = _cluster_slots(ray)
     else:
         address = os.environ.get("RAY_ADDRESS") or "auto"
-        try:
-            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-        except (ConnectionError, RuntimeError) as error:
+        why = _unreachable(address)
+        if why is None:
+            try:
+                ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+            except (ConnectionError, RuntimeError) as error:
+                why = _first_line(error)
+        if why is not None:
             raise EntMTPError(
                 f"vLLM's Ray executor on CPU needs a running Ray cluster with {RAY_DEVICE_KEY} slots "
-                f"(`ray start --head --num-gpus {workers}`); none reachable at {address}: {_first_line(error)}"
-            ) from None
+                f"(`ray start --head --num-gpus {workers}`); none reachable at {address}: {why}"
+            )
         try:
             slots = _cluster_slots(ray)
         finally:

@@ -1,7 +1,7 @@
 """The Ray executor's start-up check and the worker's placement line against a real local Ray
 (`entmtp_vllm/vllm_plugin/ray_cpu.py`: `check_ray_cluster`, `placement`): a cluster without GPU slots is refused
 in one line, one with enough passes and is left connected, no cluster at all is refused in one
-line; a Ray driver is no actor, a Ray actor names itself. Every Ray process is stopped at the end."""
+line, nor is a dead cluster address (at once); a Ray driver is no actor, a Ray actor names itself. Every Ray process is stopped at the end."""
 
 from __future__ import annotations
 
@@ -60,6 +60,24 @@ def test_no_cluster_is_refused_in_one_line(monkeypatch):
     with pytest.raises(EntMTPError) as error:
         check_ray_cluster(1)
     assert "needs a running Ray cluster" in _one_line(error)
+    assert not ray.is_initialized()
+
+
+def test_a_dead_cluster_address_is_refused_in_seconds(monkeypatch):
+    """`RAY_ADDRESS` naming a port nobody listens on: refused in one line at once (ray.init
+    alone retries such a GCS address for minutes)."""
+    import socket
+    import time
+
+    with socket.socket() as probe:  # a free port: bound, then closed before the check
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    start = time.monotonic()
+    with pytest.raises(EntMTPError) as error:
+        check_ray_cluster(1)
+    assert time.monotonic() - start < 30
+    assert f"none reachable at 127.0.0.1:{port}: ConnectionRefusedError" in _one_line(error)
     assert not ray.is_initialized()
 
 
