@@ -9,6 +9,8 @@
 #
 # Costs on one CPU thread (AMD EPYC, SmolLM2-135M): AR ≈ 10-17 tok/s; trees above ~8 nodes are
 # slower than AR, mc_sim_7b_63 ≈ 3 tok/s, so the engine runs use few prompts (THROUGHPUT_N, ...).
+# HEADS=FOLDER searches for other heads than the shipped ones (the later stages read them from the
+# frontier's log); RUNS=DIR puts the run folders elsewhere than runs/search.
 set -u
 cd "$(dirname "$(readlink -f "$0")")/../.." 2>/dev/null || true
 [ -x .venv/bin/entmtp ] || cd /work/main
@@ -22,16 +24,18 @@ TEST_N=${TEST_N:-16}                  # held-out test prompts of calibrate's Tab
 HELDOUT_N=${HELDOUT_N:-40}            # test prompts whose greedy trajectories the chosen policies are replayed on
 COMPARE_N=${COMPARE_N:-48}           # test prompts of the timed EntMTP^tau vs EntMTP* comparison
 DEBIAS_N=${DEBIAS_N:-5}               # calibration prompts self-rolled per tree (float32)
+HEADS=${HEADS:-}                      # heads folder (default: the shipped heads)
+RUNS=${RUNS:-runs/search}
 stamp() { date -u +%H:%M:%S; }
 run() { echo "[$(stamp)] $*"; local t0=$SECONDS; "$@"; local rc=$?; echo "[$(stamp)] rc=$rc after $((SECONDS - t0)) s: $2 $3"; return $rc; }
 for TASK in "$@"; do
-  D=runs/search/$TASK
+  D=$RUNS/$TASK
   for S in $STAGES; do
     case $S in
       frontier)
         [ -f "$D/frontier.json" ] && grep -q '"complete": true' "$D/frontier.json" && continue
         run $E search frontier --dataset "$TASK" --budget 64 --max-depth 4 -n 100 --max-tokens 128 \
-            --dtype float32 --threads 1 --no-progress --out "$D" || continue 2 ;;
+            --dtype float32 --threads 1 --no-progress ${HEADS:+--heads "$HEADS"} --out "$D" || continue 2 ;;
       throughput)
         [ -f "$D/throughput/throughput.json" ] && continue
         run $E search throughput --frontier "$D" --sizes "$THROUGHPUT_SIZES" --reference mc_sim_7b_63 \
@@ -39,7 +43,7 @@ for TASK in "$@"; do
       heldout)
         [ -f "$D/heldout_replay/frontier.json" ] && grep -q '"complete": true' "$D/heldout_replay/frontier.json" && continue
         run $E search frontier --dataset "$TASK" --split test -n "$HELDOUT_N" --budget 4 --max-depth 4 --max-tokens 128 \
-            --dtype float32 --threads 1 --no-progress --out "$D/heldout_replay" || continue 2 ;;
+            --dtype float32 --threads 1 --no-progress ${HEADS:+--heads "$HEADS"} --out "$D/heldout_replay" || continue 2 ;;
       calibrate)
         [ -f "$D/calibrate/calibrate.json" ] && continue
         run $E search calibrate --bank "$D/throughput/bank_throughput.json" --frontier "$D" --dtype bfloat16 \
@@ -59,7 +63,7 @@ print(",".join(["ar"] + [f"bank:{sys.argv[2]}:{s}" for s in dict.fromkeys(static
 PY
 ) || continue 2
         run $E bench offline --dataset "$TASK" --split test -n "$COMPARE_N" --dtype bfloat16 --threads 1 \
-            --methods "$M" --baseline 2 --out "$D/compare" --no-progress || true ;;
+            --methods "$M" --baseline 2 ${HEADS:+--heads "$HEADS"} --out "$D/compare" --no-progress || true ;;
       regimes)
         [ -f "$D/regimes/regimes.json" ] && continue
         run $E search regimes --frontier "$D" --tree n16 --source replay --check-n 2 -n 100 --threads 1 \
