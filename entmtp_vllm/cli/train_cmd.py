@@ -42,6 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--teacher", choices=["topk", "full", "hard"], default="topk")
     p.add_argument("--softmax-vocab", type=int, default=8192, help="train-time softmax vocabulary subset; 0 = full vocabulary")
+    p.add_argument("--draft-vocab", type=int, default=8192,
+                   help="write draft_vocab.json with this many of the training answers' most frequent tokens beside "
+                   "the heads (drafting ranks only those); 0 = none, drafting ranks the full vocabulary (default: %(default)s)")
     p.add_argument("--out", type=Path, help="folder for the final heads (heads.safetensors, heads.json, MODEL_CARD.md); needed to train")
     p.add_argument("--stop-after", choices=["generate", "cache"],
                    help="stop after this stage (the long stages run as separate jobs, each resumable)")
@@ -100,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         cache=args.cache, data=data, work_dir=args.work_dir or Path("runs/heads") / args.kind, out=args.out, kind=args.kind,
         num_heads=args.num_heads, num_layers=args.num_layers, prefix_layer=args.prefix_layer, steps=args.steps,
         epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, teacher=args.teacher,
-        softmax_vocab=args.softmax_vocab or None, eval_interval=args.eval_interval, ckpt_interval=args.ckpt_interval,
+        softmax_vocab=args.softmax_vocab or None, draft_vocab=args.draft_vocab or None, eval_interval=args.eval_interval, ckpt_interval=args.ckpt_interval,
         reload_interval=args.reload_interval, time_budget_s=args.time_budget, threads=args.threads, seed=args.seed,
         resume=args.resume,
     )

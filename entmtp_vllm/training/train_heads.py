@@ -76,6 +76,11 @@ class TrainConfig(BaseModel):
     frequent teacher candidates of the training data plus every teacher candidate of the
     batch (≈ 6× cheaper than the full 49k vocabulary on CPU). None: the full vocabulary.
     Evaluation always ranks the full vocabulary."""
+    draft_vocab: int | None = 8192
+    """Write `draft_vocab.json` beside the exported heads: the `draft_vocab` answer tokens the
+    training records use most often, which drafting then ranks instead of the full vocabulary
+    (`heads.draft_vocab`; several times cheaper per head call on CPU). None: no file, and a
+    stale one in `out` is removed; drafting ranks the full vocabulary."""
     head_weight_decay: float = 1.0
     """Loss weight of head d is head_weight_decay**(d-1) (Medusa uses 0.8)."""
     eval_interval: int = 200
@@ -415,12 +420,30 @@ def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
     }
     (work / "result.json").write_text(json.dumps(result, indent=2) + "\n")
     if cfg.out is not None:
-        export_heads(heads, cfg, base, result, summary)
+        export_heads(heads, cfg, base, result, summary, train.tokens)
     return result
 
 
-def export_heads(heads: DraftHeads, cfg: TrainConfig, base: BaseTensors, result: dict, summary: dict) -> Path:
-    """Save the final heads (fp16) and a model card into `cfg.out`."""
+def _export_draft_vocab(cfg: TrainConfig, out: Path, answer_tokens: torch.Tensor | None, vocab_size: int) -> str:
+    """Write (or, with `cfg.draft_vocab` None, remove) `draft_vocab.json`; the model card's line."""
+    from entmtp_vllm.heads.draft_vocab import FILE_NAME, build_draft_vocab, save_draft_vocab
+
+    if not cfg.draft_vocab or answer_tokens is None:
+        (out / FILE_NAME).unlink(missing_ok=True)
+        return "none: drafting ranks the full vocabulary"
+    size = min(cfg.draft_vocab, vocab_size)
+    ids, coverage = build_draft_vocab([answer_tokens.tolist()], size)
+    save_draft_vocab(out, ids, {"source": f"token counts of the training records' {answer_tokens.numel()} answer tokens",
+                                "coverage": round(coverage, 4)})
+    return (f"`{FILE_NAME}` lists the {len(ids)} answer tokens the training records use most often "
+            f"({coverage:.2%} of their tokens); drafting ranks only those (`draft_vocab: false` in the plugin, "
+            "or deleting the file, drafts over the full vocabulary)")
+
+
+def export_heads(heads: DraftHeads, cfg: TrainConfig, base: BaseTensors, result: dict, summary: dict,
+                 answer_tokens: torch.Tensor | None = None) -> Path:
+    """Save the final heads (fp16), the draft vocabulary (from `answer_tokens`, the training
+    records' answer tokens) and a model card into `cfg.out`."""
     out = Path(cfg.out)
     training = {
         "data": "self-distillation: the base model's greedy answers to ShareGPT train-split prompts",
@@ -430,6 +453,7 @@ def export_heads(heads: DraftHeads, cfg: TrainConfig, base: BaseTensors, result:
         "wall_time_s": result["wall_time_s"], "val_top1": result["val"]["top1"], "val_top5": result["val"]["top5"],
     }
     save_heads(heads, out, {"base_model": base.model_name, "training": training})
+    draft_vocab = _export_draft_vocab(cfg, out, answer_tokens, heads.vocab_size)
     v = result["val"]
     d0 = result["data"]
     budget = ""
@@ -468,6 +492,7 @@ Teacher: transformers {teacher_dtype} over prompt + answer; hidden states cached
   AdamW lr {cfg.lr}, warmup {cfg.warmup}, cosine to {cfg.min_lr_ratio}×, grad clip {cfg.grad_clip}{budget}
 - student softmax during training: {vocab}; evaluation ranks the full vocabulary
 - wall time: {result['wall_time_s'] / 60:.1f} min on 2 shared CPU cores
+- draft vocabulary: {draft_vocab}
 
 ## Held-out accuracy
 Teacher-forced (true path tokens), agreement with the teacher's argmax, {v['positions']} held-out positions:

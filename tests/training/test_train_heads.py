@@ -165,6 +165,27 @@ def test_the_model_card_names_the_generation_settings(tiny_model: Path, cache: P
     assert "(vLLM-cpu, float32, ≤ 64 answer / 32 prompt tokens)" in card
 
 
+def test_the_export_writes_the_draft_vocabulary_of_the_training_answers(tiny_model: Path, cache: Path, tmp_path: Path) -> None:
+    """`draft_vocab.json` beside the heads: the training answers' most frequent tokens, most
+    frequent first, loadable by the drafter's loader; `draft_vocab=None` removes a stale one."""
+    from collections import Counter
+
+    from entmtp_vllm.heads.draft_vocab import FILE_NAME, load_draft_vocab
+    from entmtp_vllm.training.teacher_cache import load_cache_split
+
+    out = tmp_path / "heads"
+    train_heads(config(cache, tmp_path, steps=2, out=out, draft_vocab=10), base_tensors(tiny_model), log=lambda m: None)
+    counts = Counter(load_cache_split(cache, "train").tokens.tolist())
+    ids = load_draft_vocab(out, VOCAB).tolist()
+    assert len(ids) == 10 and [counts[t] for t in ids] == sorted((counts[t] for t in ids), reverse=True)
+    assert min(counts[t] for t in ids) >= max(c for t, c in counts.items() if t not in ids)
+    card = (out / "MODEL_CARD.md").read_text()
+    assert "lists the 10 answer tokens the training records use most often" in card
+    train_heads(config(cache, tmp_path / "again", steps=2, out=out, draft_vocab=None), base_tensors(tiny_model), log=lambda m: None)
+    assert not (out / FILE_NAME).exists()
+    assert "draft vocabulary: none" in (out / "MODEL_CARD.md").read_text()
+
+
 def test_resume_continues_the_step_count(tiny_model: Path, cache: Path, tmp_path: Path) -> None:
     base = base_tensors(tiny_model)
     train_heads(config(cache, tmp_path, steps=10), base, log=lambda m: None)
