@@ -8,7 +8,7 @@ set -euo pipefail
 HERE=docs/results/heads/selfdistill_1m
 RUN=${RUN:-runs/heads2}
 PROMPTS=${PROMPTS:-5600}          # ShareGPT train-split prompts (≈ 200 answer tokens each)
-STEPS=${STEPS:-12000}             # optimizer steps of 256 positions (≈ 2.7 epochs), the same for both head kinds
+STEPS=${STEPS:-12000}             # optimizer steps of 256 positions (≈ 2.8 epochs), the same for both head kinds
 STAGES=${STAGES:-"gen cache train eval engine"}
 PY=.venv/bin/python
 mkdir -p "$RUN"
