@@ -43,7 +43,8 @@ for stage in $STAGES; do
           --methods "tree:$TREES#mc_sim_7b_63,bank:entmtp_vllm/assets/banks/smollm2-135m-$task.json" \
           --heads "$heads" --no-progress --out "$HERE/engine/${task}_$name"
       done
-    done ;;
+    done
+    $PY "$HERE/compare.py" "$HERE/engine" ;;  # engine.md: the table, the targets, the shipping condition
   *) echo "unknown stage $stage" >&2; exit 2 ;;
   esac
 done
