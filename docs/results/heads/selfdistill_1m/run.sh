@@ -25,7 +25,7 @@ for stage in $STAGES; do
       extra=$([ $kind = hydrapp ] && echo --prefix-layer || true)
       .venv/bin/entmtp train-heads --kind hydra $extra --data "$RUN/answers.jsonl" --cache "$RUN/cache" --no-cache-update \
         --steps "$STEPS" --threads 1 --work-dir "$RUN/$kind" --out "$RUN/$kind/heads" --resume \
-        > "$HERE/train_$kind.log" 2>&1 &
+        >> "$HERE/train_$kind.log" 2>&1 &  # appended: a resumed run continues the log
     done
     wait ;;
   eval)   # held-out top-1/top-5 (in the train logs) and τ per position and replayed over whole answers
