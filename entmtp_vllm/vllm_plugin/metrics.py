@@ -35,60 +35,70 @@ values summed, dead processes left out).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
+
+
+def _registered(build: Callable[[Any], dict[str, Any]]) -> dict[str, Any] | None:
+    """`build(prometheus_client)`: the metrics it registers, by name; None without
+    prometheus_client or when another copy of this module registered them in the process."""
+    try:
+        import prometheus_client
+    except ImportError:  # pragma: no cover - vLLM depends on prometheus_client
+        return None
+    try:
+        return build(prometheus_client)
+    except ValueError:  # already registered in this process by another copy of the module
+        return None
+
+
+def _counter_family(prometheus: Any) -> dict[str, Any]:
+    Counter = prometheus.Counter
+    return {
+        "tree_steps": Counter("entmtp_tree_steps", "Trees drafted, by bank tree name", ["tree"]),
+        "switches": Counter("entmtp_tree_switches", "Policy choices that changed a request's tree"),
+        "fallback_steps": Counter("entmtp_fallback_steps", "Trees replaced by the batch-fallback tree"),
+        "drafted_nodes": Counter("entmtp_drafted_nodes", "Draft nodes verified (roots left out)"),
+        "accepted_tokens": Counter("entmtp_accepted_tokens", "Draft tokens accepted (bonus tokens left out)"),
+        "compaction_moves": Counter("entmtp_compaction_moves", "K/V rows moved by compaction"),
+        "lookup_tokens": Counter("entmtp_lookup_tokens", "Prompt-lookup draft tokens verified (hybrid trees)"),
+        "lookup_accepted": Counter("entmtp_lookup_accepted", "Prompt-lookup draft tokens accepted"),
+        "budget_cut_nodes": Counter("entmtp_budget_cut_nodes", "Drafted nodes the step budget did not keep"),
+        "budget_empty": Counter("entmtp_budget_empty", "Request steps the step budget gave no draft"),
+        "prefix_gaps": Counter("entmtp_prefix_gaps", "Steps whose accepted positions did not follow a request's prefix-layer cache"),
+        "step_seconds": Counter("entmtp_step_seconds", "Wall seconds of the engine steps (forward, verification, drafting)"),
+        "steps_timed": Counter("entmtp_steps", "Engine steps timed in entmtp_step_seconds"),
+        "overhead_seconds": Counter(
+            "entmtp_overhead_seconds", "Seconds EntMTP itself spent in the steps, by phase", ["phase"]
+        ),
+    }
+
+
+def _gauge_family(prometheus: Any) -> dict[str, Any]:
+    Gauge = prometheus.Gauge
+    return {
+        "active_requests": Gauge(
+            "entmtp_active_requests",
+            "Requests with EntMTP per-request state in the drafter",
+            multiprocess_mode="livesum",
+        ),
+        "step_cost_ms": Gauge(
+            "entmtp_step_cost_ms",
+            "The step budget's step-cost model: milliseconds fixed, per request, per token, per tree token",
+            ["coefficient"],
+            multiprocess_mode="mostrecent",
+        ),
+    }
 
 
 @functools.lru_cache(maxsize=1)
 def _counters() -> dict[str, Any] | None:
-    try:
-        from prometheus_client import Counter
-    except ImportError:  # pragma: no cover - vLLM depends on prometheus_client
-        return None
-    try:
-        return {
-            "tree_steps": Counter("entmtp_tree_steps", "Trees drafted, by bank tree name", ["tree"]),
-            "switches": Counter("entmtp_tree_switches", "Policy choices that changed a request's tree"),
-            "fallback_steps": Counter("entmtp_fallback_steps", "Trees replaced by the batch-fallback tree"),
-            "drafted_nodes": Counter("entmtp_drafted_nodes", "Draft nodes verified (roots left out)"),
-            "accepted_tokens": Counter("entmtp_accepted_tokens", "Draft tokens accepted (bonus tokens left out)"),
-            "compaction_moves": Counter("entmtp_compaction_moves", "K/V rows moved by compaction"),
-            "lookup_tokens": Counter("entmtp_lookup_tokens", "Prompt-lookup draft tokens verified (hybrid trees)"),
-            "lookup_accepted": Counter("entmtp_lookup_accepted", "Prompt-lookup draft tokens accepted"),
-            "budget_cut_nodes": Counter("entmtp_budget_cut_nodes", "Drafted nodes the step budget did not keep"),
-            "budget_empty": Counter("entmtp_budget_empty", "Request steps the step budget gave no draft"),
-            "prefix_gaps": Counter("entmtp_prefix_gaps", "Steps whose accepted positions did not follow a request's prefix-layer cache"),
-            "step_seconds": Counter("entmtp_step_seconds", "Wall seconds of the engine steps (forward, verification, drafting)"),
-            "steps_timed": Counter("entmtp_steps", "Engine steps timed in entmtp_step_seconds"),
-            "overhead_seconds": Counter(
-                "entmtp_overhead_seconds", "Seconds EntMTP itself spent in the steps, by phase", ["phase"]
-            ),
-        }
-    except ValueError:  # already registered in this process by another copy of the module
-        return None
+    return _registered(_counter_family)
 
 
 @functools.lru_cache(maxsize=1)
 def _gauges() -> dict[str, Any] | None:
-    try:
-        from prometheus_client import Gauge
-    except ImportError:  # pragma: no cover - vLLM depends on prometheus_client
-        return None
-    try:
-        return {
-            "active_requests": Gauge(
-                "entmtp_active_requests",
-                "Requests with EntMTP per-request state in the drafter",
-                multiprocess_mode="livesum",
-            ),
-            "step_cost_ms": Gauge(
-                "entmtp_step_cost_ms",
-                "The step budget's step-cost model: milliseconds fixed, per request, per token, per tree token",
-                ["coefficient"],
-                multiprocess_mode="mostrecent",
-            ),
-        }
-    except ValueError:  # already registered in this process by another copy of the module
-        return None
+    return _registered(_gauge_family)
 
 
 def count(name: str, amount: float = 1.0, **labels: str) -> None:
