@@ -18,11 +18,11 @@ if TYPE_CHECKING:
     from entmtp_vllm.training.train_heads import BaseTensors, TrainConfig
 
 
-def _export_draft_vocab(cfg: TrainConfig, out: Path, answer_tokens: torch.Tensor | None, vocab_size: int) -> str:
+def _export_draft_vocab(cfg: TrainConfig, out: Path, answer_tokens: torch.Tensor, vocab_size: int) -> str:
     """Write (or, with `cfg.draft_vocab` None, remove) `draft_vocab.json`; the model card's line."""
     from entmtp_vllm.heads.draft_vocab import FILE_NAME, build_draft_vocab, save_draft_vocab
 
-    if not cfg.draft_vocab or answer_tokens is None:
+    if not cfg.draft_vocab:
         (out / FILE_NAME).unlink(missing_ok=True)
         return "none: drafting ranks the full vocabulary"
     size = min(cfg.draft_vocab, vocab_size)
@@ -35,7 +35,7 @@ def _export_draft_vocab(cfg: TrainConfig, out: Path, answer_tokens: torch.Tensor
 
 
 def export_heads(heads: DraftHeads, cfg: TrainConfig, base: BaseTensors, result: dict, summary: dict,
-                 answer_tokens: torch.Tensor | None = None) -> Path:
+                 answer_tokens: torch.Tensor) -> Path:
     """Save the final heads (fp16), the draft vocabulary (from `answer_tokens`, the training
     records' answer tokens) and a model card into `cfg.out`."""
     out = Path(cfg.out)

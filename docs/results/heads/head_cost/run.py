@@ -54,7 +54,7 @@ def main() -> None:
     model, tokenizer = load_target(None, "float32")
     named = [h.split("=", 1) if "=" in h else (Path(h).parent.name + "/" + Path(h).name, h) for h in args.heads]
     drafters = {name: load_drafter(folder, model) for name, folder in named}
-    published, _ = resolve_trees(f"{TREES}", "mc_sim_7b_63", None)
+    published, _ = resolve_trees(TREES, "mc_sim_7b_63", None)
     bank, _, _ = load_trees(bank=DEFAULT_BANK)
     buffers = {"mc_sim_7b_63": published.buffers(0)} | {f"bank:{name}": bank.buffers(i) for i, name in enumerate(bank.names)}
 
