@@ -71,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
     for name in ("num_heads", "num_layers", "batch_size", "max_answer_tokens", "gen_batch"):
         if getattr(args, name) < 1:
             raise EntMTPError(f"--{name.replace('_', '-')} must be at least 1")
+    for name in ("softmax_vocab", "draft_vocab"):
+        if getattr(args, name) < 0:
+            raise EntMTPError(f"--{name.replace('_', '-')} must be 0 (the full vocabulary) or a token count")
     if args.steps is not None and args.steps < 1:
         raise EntMTPError("--steps must be at least 1")
     if args.prefix_layer and args.kind != "hydra":
