@@ -2,8 +2,9 @@
 
 - `EntMTPCPUModelRunner` (over `CPUModelRunner`): the `CPU_ATTN` tree backend keeps the tree
   rows' fresh K/V, and compaction re-writes the accepted ones through vLLM's own cache op.
-- `EntMTPGPUModelRunner` (over `GPUModelRunner`): compaction is one `compact_kv` Triton launch
-  over every layer's cache, in place, on the layout of the running attention backend.
+- `EntMTPGPUModelRunner` (over `GPUModelRunner`, with `KernelCompaction`): compaction is one
+  `compact_kv` Triton launch over every layer's cache, in place, on the layout of the running
+  attention backend.
 
 Everything else (planning, positions, verification, drafting) is the mixin's, shared.
 """
@@ -48,11 +49,13 @@ class EntMTPCPUModelRunner(TreeRunnerMixin, CPUModelRunner):
         )
 
 
-class EntMTPGPUModelRunner(TreeRunnerMixin, GPUModelRunner):
-    """vLLM's GPU model runner with tree verification for the EntMTP proposer.
-
-    Written against vLLM 0.32.0's `GPUModelRunner`; checked on CPU (construction signature,
-    overrides, the kernels under the Triton interpreter), not yet run on a GPU with vLLM."""
+class KernelCompaction:
+    """The CUDA path's start-up check and compaction, mixed in before `TreeRunnerMixin`: the
+    attention backend must be an EntMTP CUDA tree backend (`gpu_attention.py`), and compaction
+    is one `compact_kv` Triton launch over every layer's `(blocks, Hkv, block_size, 2 * D)`
+    cache, in place. Used by `EntMTPGPUModelRunner`; the tests also put it over
+    `CPUModelRunner` to run this code path in a CPU engine with vLLM's Triton attention and the
+    kernels under the Triton interpreter (`tests/vllm_plugin/_triton_interpreter.py`)."""
 
     def _entmtp_check_backend(self) -> None:
         from entmtp_vllm.vllm_plugin.gpu import check_tree_backend
@@ -73,3 +76,11 @@ class EntMTPGPUModelRunner(TreeRunnerMixin, GPUModelRunner):
             self.kv_caches, [paths[i] for i in requests], [int(plan.prefix_lens[i]) for i in requests],
             kernel_block_table(table[rows], block_table.block_size, kernel_blocks),
         )
+
+
+class EntMTPGPUModelRunner(KernelCompaction, TreeRunnerMixin, GPUModelRunner):
+    """vLLM's GPU model runner with tree verification for the EntMTP proposer.
+
+    Written against vLLM 0.32.0's `GPUModelRunner`; checked on CPU (construction signature,
+    overrides, the kernels under the Triton interpreter, and this class's compaction and
+    backend check inside a CPU engine on vLLM's Triton attention), not yet run on a GPU."""
