@@ -11,8 +11,9 @@ every node's K/V is in the cache when the tree rows are recomputed. Chains and o
 keep the stock kernel's result. The stock kernel's work on tree rows is wasted (it exposes no
 per-row mask); a fused kernel would avoid it.
 
-Attention runs outside vLLM's piecewise CUDA graphs, so this works under the default
-compilation. Written against vLLM 0.32.0 and tested on CPU (the same functions on vLLM's cache
+Attention runs outside vLLM's piecewise CUDA graphs, so the tree rows run eagerly under the
+default compilation; vLLM's FULL graphs (attention inside) are never replayed for a step with tree
+rows (`EntMTPGPUModelRunner._determine_batch_execution_and_padding`). Written against vLLM 0.32.0 and tested on CPU (the same functions on vLLM's cache
 layouts, the Triton kernel under the interpreter); not yet run inside vLLM on a GPU.
 """
 

@@ -11,6 +11,8 @@ Everything else (planning, positions, verification, drafting) is the mixin's, sh
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -83,4 +85,34 @@ class EntMTPGPUModelRunner(KernelCompaction, TreeRunnerMixin, GPUModelRunner):
 
     Written against vLLM 0.32.0's `GPUModelRunner`; checked on CPU (construction signature,
     overrides, the kernels under the Triton interpreter, and this class's compaction and
-    backend check inside a CPU engine on vLLM's Triton attention), not yet run on a GPU."""
+    backend check inside a CPU engine on vLLM's Triton attention), not yet run on a GPU.
+
+    CUDA graphs: vLLM's default `FULL_AND_PIECEWISE` replays a FULL graph (attention inside)
+    for uniform decode batches, e.g. every request verifying exactly `num_speculative_tokens`
+    drafts, which a bank's largest tree at batch 1 does every step. A replayed graph runs the
+    attention it captured, without the tree rows, so the tree masks would be silently skipped.
+    A step with tree rows therefore never replays a FULL graph: it runs vLLM's piecewise graphs
+    (attention eager, outside them) or none. Steps without tree rows (chains, plain decode)
+    keep every mode vLLM chooses."""
+
+    def _determine_batch_execution_and_padding(self, *args, **kwargs):
+        plan = self._entmtp_plan
+        step = plan.tree_step if plan is not None else None
+        capturing = kwargs.get("force_uniform_decode") is not None  # vLLM's dummy / capture runs
+        if capturing or step is None or not step.has_tree_rows:
+            return super()._determine_batch_execution_and_padding(*args, **kwargs)
+        dispatcher = self.cudagraph_dispatcher
+        dispatcher.dispatch = functools.partial(_dispatch_without_full_graphs, type(dispatcher).dispatch, dispatcher)
+        try:
+            return super()._determine_batch_execution_and_padding(*args, **kwargs)
+        finally:
+            del dispatcher.dispatch  # back to the class's own method
+
+
+def _dispatch_without_full_graphs(dispatch, dispatcher, *args, valid_modes=None, invalid_modes=None, **kwargs):
+    """vLLM's `CudagraphDispatcher.dispatch` with FULL graphs excluded (NONE if nothing else is
+    allowed)."""
+    from vllm.config.compilation import CUDAGraphMode
+
+    allowed = set(valid_modes or CUDAGraphMode.valid_runtime_modes()) - set(invalid_modes or ()) - {CUDAGraphMode.FULL}
+    return dispatch(dispatcher, *args, valid_modes=allowed or {CUDAGraphMode.NONE}, **kwargs)

