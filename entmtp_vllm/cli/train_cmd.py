@@ -1,7 +1,8 @@
 """`entmtp train-heads`: self-distillation data → teacher cache → Hydra/Medusa heads.
 
 The three stages are cached, so a restarted command redoes nothing: answers
-already in the JSONL are not regenerated (`--generate N`), records already in
+already in the JSONL are not regenerated (`--generate N`; `--restore-answers` brings back the
+answers an earlier machine archived with `--archive-answers`), records already in
 the teacher cache are not re-encoded, and `--resume` continues training from the
 latest checkpoint in the work folder.
 """
@@ -31,6 +32,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="dtype vLLM generates the answers in: the one the heads will draft under (default: %(default)s)")
     p.add_argument("--max-answer-tokens", type=int, default=256, help="longest generated answer (default: %(default)s)")
     p.add_argument("--gen-batch", type=int, default=64, help="sequences vLLM generates at once (default: %(default)s)")
+    p.add_argument("--restore-answers", type=Path, metavar="ARCHIVE",
+                   help="first add to --data the answers archived in ARCHIVE (--archive-answers) that it lacks, "
+                   "their prompts re-encoded from the ShareGPT train split; --generate then resumes after them")
+    p.add_argument("--archive-answers", type=Path, metavar="ARCHIVE",
+                   help="after generating, write --data's answers without their prompts (ids, answer tokens, "
+                   "settings; gzip JSONL) to ARCHIVE, small enough for git")
     p.add_argument("--kind", choices=["hydra", "medusa"], default="hydra")
     p.add_argument("--num-heads", type=int, default=4)
     p.add_argument("--num-layers", type=int, default=1)
@@ -84,6 +91,12 @@ def run(args: argparse.Namespace) -> int:
     if not Path(model).is_dir():
         raise EntMTPError(f"train-heads needs a local model folder; '{model}' is a hub id: download it first")
     data = args.data
+    if args.restore_answers:
+        from entmtp_vllm.prompts import load_prompts
+        from entmtp_vllm.training.answers_archive import restore_answers
+
+        restore_answers(args.restore_answers, data, model, load_prompts("sharegpt", split="train"),
+                        log=lambda m: print(m, flush=True))
     if args.generate:
         from entmtp_vllm.prompts import load_prompts
         from entmtp_vllm.training.selfdistill_data import generate_answers
@@ -93,6 +106,10 @@ def run(args: argparse.Namespace) -> int:
             model, prompts, data, max_answer_tokens=args.max_answer_tokens, dtype=args.gen_dtype,
             max_num_seqs=args.gen_batch, log=lambda m: print(m, flush=True),
         )
+    if args.archive_answers:
+        from entmtp_vllm.training.answers_archive import pack_answers
+
+        print(f"{pack_answers(data, args.archive_answers)} answers archived in {args.archive_answers}", flush=True)
     if args.stop_after == "generate":
         return 0
     if not args.no_cache_update:

