@@ -29,9 +29,9 @@ $(VENV)/.entmtp-setup-done: pyproject.toml deploy/vllm_cpu_shim.py
 	touch $@
 
 # The whole suite: fast units, the real SmolLM2 (transformers), real vLLM on CPU,
-# Triton kernels under the interpreter.
+# Triton kernels under the interpreter; the 15 slowest tests are listed at the end.
 test:
-	TRITON_INTERPRET=1 OMP_NUM_THREADS=2 $(BIN)/python -m pytest -q tests
+	TRITON_INTERPRET=1 OMP_NUM_THREADS=2 $(BIN)/python -m pytest -q --durations=15 tests
 
 # Fast tier only (no real model, no vLLM).
 test-fast:
