@@ -32,6 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="dtype vLLM generates the answers in: the one the heads will draft under (default: %(default)s)")
     p.add_argument("--max-answer-tokens", type=int, default=256, help="longest generated answer (default: %(default)s)")
     p.add_argument("--gen-batch", type=int, default=64, help="sequences vLLM generates at once (default: %(default)s)")
+    p.add_argument("--gen-chunk", type=int, default=128,
+                   help="prompts answered per chunk, each appended to --data when done (an interrupted run loses at "
+                   "most one chunk; a chunk several times --gen-batch keeps vLLM's batch full) (default: %(default)s)")
     p.add_argument("--restore-answers", type=Path, metavar="ARCHIVE",
                    help="first add to --data the answers archived in ARCHIVE (--archive-answers) that it lacks, "
                    "their prompts re-encoded from the ShareGPT train split; --generate then resumes after them")
@@ -75,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     from entmtp_vllm.training.teacher_cache import build_teacher_cache
     from entmtp_vllm.training.train_heads import BaseTensors, TrainConfig, train_heads
 
-    for name in ("num_heads", "num_layers", "batch_size", "max_answer_tokens", "gen_batch"):
+    for name in ("num_heads", "num_layers", "batch_size", "max_answer_tokens", "gen_batch", "gen_chunk"):
         if getattr(args, name) < 1:
             raise EntMTPError(f"--{name.replace('_', '-')} must be at least 1")
     for name in ("softmax_vocab", "draft_vocab"):
@@ -104,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         prompts = load_prompts("sharegpt", n=args.generate, seed=123, split="train")
         generate_answers(
             model, prompts, data, max_answer_tokens=args.max_answer_tokens, dtype=args.gen_dtype,
-            max_num_seqs=args.gen_batch, log=lambda m: print(m, flush=True),
+            max_num_seqs=args.gen_batch, chunk=args.gen_chunk, log=lambda m: print(m, flush=True),
         )
     if args.archive_answers:
         from entmtp_vllm.training.answers_archive import pack_answers

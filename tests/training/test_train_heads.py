@@ -229,6 +229,8 @@ def test_cli_user_errors(tmp_path: Path, capsys) -> None:
     assert main(["train-heads", "--kind", "medusa", "--prefix-layer", "--out", str(tmp_path)]) == 2
     assert "--prefix-layer needs --kind hydra" in capsys.readouterr().err
     assert main(["train-heads", "--num-heads", "0", "--out", str(tmp_path)]) == 2
+    assert main(["train-heads", "--gen-chunk", "0", "--stop-after", "generate"]) == 2
+    assert "--gen-chunk must be at least 1" in capsys.readouterr().err
     assert main(["train-heads", "--draft-vocab", "-1", "--out", str(tmp_path)]) == 2
     assert "--draft-vocab must be 0 (the full vocabulary) or a token count" in capsys.readouterr().err
     assert main(["train-heads", "--model", str(tmp_path / "nope"), "--out", str(tmp_path)]) == 2
