@@ -13,8 +13,10 @@ per-row mask); a fused kernel would avoid it.
 
 Attention runs outside vLLM's piecewise CUDA graphs, so the tree rows run eagerly under the
 default compilation; vLLM's FULL graphs (attention inside) are never replayed for a step with tree
-rows (`EntMTPGPUModelRunner._determine_batch_execution_and_padding`). Written against vLLM 0.32.0 and tested on CPU (the same functions on vLLM's cache
-layouts, the Triton kernel under the interpreter); not yet run inside vLLM on a GPU.
+rows (`EntMTPGPUModelRunner._determine_batch_execution_and_padding`). Written against vLLM 0.32.0
+and tested on CPU (the same functions on vLLM's cache layouts, the Triton kernel under the
+interpreter, and a whole CPU engine on vLLM's Triton attention under the interpreter); not yet
+run inside vLLM on a GPU.
 """
 
 from __future__ import annotations
