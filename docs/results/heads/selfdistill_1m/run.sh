@@ -20,7 +20,7 @@ for stage in $STAGES; do
           # re-encoded), and every run archives what it has for the next machine
     VLLM_ENABLE_V1_MULTIPROCESSING=0 .venv/bin/entmtp train-heads --generate "$PROMPTS" --data "$RUN/answers.jsonl" \
       $([ -f "$HERE/answers.jsonl.gz" ] && echo --restore-answers "$HERE/answers.jsonl.gz") \
-      --archive-answers "$HERE/answers.jsonl.gz" --gen-dtype float32 --gen-batch 96 --gen-chunk 480 --stop-after generate 2>&1 | grep --line-buffered -v -E "WARNING|INFO|^\[W|Loading|^$" | tee -a "$HERE/gen.log" ;;
+      --archive-answers "$HERE/answers.jsonl.gz" --gen-dtype float32 --gen-batch 96 --gen-chunk 480 --stop-after generate 2>&1 | grep --line-buffered -v -E "WARNING|INFO|Warning|^\[W|^  |Loading|Triton is installed|^$" | tee -a "$HERE/gen.log" ;;
   cache)  # the base model (transformers, float32) over prompt + answer: hidden states and top-32
     .venv/bin/entmtp train-heads --data "$RUN/answers.jsonl" --cache "$RUN/cache" --cache-dtype float32 --threads 2 \
       --stop-after cache 2>&1 | grep -v Loading | tee -a "$HERE/cache.log" ;;
