@@ -43,9 +43,12 @@ class _StatsMixin:
 class EntMTPCPUWorker(_StatsMixin, CPUWorker):
     """CPU worker whose model runner verifies draft trees."""
 
+    runner_cls: type = EntMTPCPUModelRunner
+    """The runner `init_device` builds (a subclass of vLLM's `CPUModelRunner`)."""
+
     def init_device(self) -> None:
         stock = cpu_worker.CPUModelRunner
-        cpu_worker.CPUModelRunner = EntMTPCPUModelRunner
+        cpu_worker.CPUModelRunner = self.runner_cls
         try:
             super().init_device()
         finally:

@@ -1,6 +1,6 @@
 """Run one job on a CPU vLLM engine whose attention is vLLM's Triton backend under the Triton
 interpreter (see `_triton_interpreter.py`); a script, run in a subprocess by
-`test_triton_engine.py` so that its patches of vLLM stay out of the test session.
+`test_gpu_path_engine.py` so that its patches of vLLM stay out of the test session.
 
     TRITON_INTERPRET=1 python _triton_engine.py JOB.json OUT.json
 
@@ -48,7 +48,8 @@ def main(job_file: str, out_file: str) -> None:
     stats = llm.collective_rpc("entmtp_stats")[0] if job.get("entmtp") is not None else None
     backend = llm.collective_rpc(_backend_name)[0]
     Path(out_file).write_text(json.dumps({
-        "ids": [list(output.outputs[0].token_ids) for output in outputs], "stats": stats, "backend": backend, "kernel_calls": calls,
+        "ids": [list(output.outputs[0].token_ids) for output in outputs], "stats": stats, "backend": backend,
+        "kernel_calls": calls,
     }, default=str))
 
 

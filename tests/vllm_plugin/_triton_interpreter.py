@@ -64,7 +64,6 @@ def enable() -> None:
 
 @functools.cache
 def _worker_class():
-    import vllm.v1.worker.cpu_worker as cpu_worker
     from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
     from entmtp_vllm.vllm_plugin.model_runner import KernelCompaction
@@ -75,13 +74,7 @@ def _worker_class():
         """The GPU runner's EntMTP parts over vLLM's CPU runner."""
 
     class InterpretedGPUPathWorker(EntMTPCPUWorker):
-        def init_device(self) -> None:
-            stock = cpu_worker.CPUModelRunner
-            cpu_worker.CPUModelRunner = InterpretedGPUPathRunner
-            try:
-                super(EntMTPCPUWorker, self).init_device()
-            finally:
-                cpu_worker.CPUModelRunner = stock
+        runner_cls = InterpretedGPUPathRunner
 
     return InterpretedGPUPathWorker
 
