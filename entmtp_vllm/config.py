@@ -134,7 +134,8 @@ class StepCostPrior(_Config):
     """Milliseconds of a step whatever its size."""
 
     per_request_ms: float = Field(1.5, ge=0.0)
-    """Milliseconds per request in the step (bookkeeping, sampling, drafting)."""
+    """Milliseconds per request in the step (bookkeeping, sampling; drafting is timed apart, see
+    `StepBudgetConfig.gate`)."""
 
     per_token_ms: float = Field(8.0, ge=0.0)
     """Milliseconds per row the target computes (a root or a draft token)."""
@@ -157,7 +158,8 @@ class StepBudgetConfig(_Config):
 
     online: bool = True
     """Fit the step-cost model to the served steps; False: plan with the prior alone (a cost
-    model measured elsewhere and pinned, or a test that must not depend on the machine's speed)."""
+    model measured elsewhere and pinned, or a test that must not depend on the machine's speed):
+    no measured time enters the plan, and the gate is off."""
 
     noise_ms: float = Field(2.0, gt=0.0)
     """How precisely one step's wall time is measured (its noise, milliseconds): the prior
@@ -177,6 +179,21 @@ class StepBudgetConfig(_Config):
     lookup_prior_weight: float = Field(4.0, gt=0.0)
     """How many verified lookup tokens a prior counts as (the configured one engine-wide, the
     engine's rate for each request, whose own hits and misses then replace it)."""
+
+    gate: bool = True
+    """Skip drafting altogether at a batch size where it does not pay (`step_budget.DraftGate`):
+    the budget can only cut a tree after the heads drafted it, so at a batch size where what it
+    keeps is worth less than the drafting took (the per-batch-size averages of the plan's
+    expected tokens, its extra seconds and the drafting's seconds), the step drafts nothing and
+    calls no head. False: every step drafts."""
+
+    gate_memory: int = Field(16, ge=1)
+    """The gate's per-batch-size averages forget older drafting steps with factor
+    1 - 1/gate_memory per step at that batch size."""
+
+    gate_explore_every: int = Field(8, ge=1)
+    """At a batch size the gate skips, every `gate_explore_every`-th step drafts anyway, so the
+    averages follow the heads, the prompts and the machine."""
 
 
 STEP_BUDGET = StepBudgetConfig()

@@ -1,7 +1,9 @@
 """The step budget: how many of its tree's nodes each request of a step drafts.
 
-    values = node_values(draft.token_probs, buffers, calibration.head_scale, lookup_rate)
-    kept = plan_budget([BudgetRequest(values, chain_nodes(buffers)), ...], cost_model)
+    if gate.drafts(batch, cost_model):                        # before any head call
+        values = node_values(draft.token_probs, buffers, calibration.head_scale, lookup_rate)
+        plan = plan_budget([BudgetRequest(values, chain_nodes(buffers)), ...], cost_model, spent)
+        gate.observe(batch, plan, drafting_seconds)
 
 Every request arrives with its policy's tree, drafted in full (`heads.drafting.draft_trees`).
 Each draft node gets a value: its estimated chance of being accepted, the product along its
@@ -14,6 +16,13 @@ second: (E + gain) / (T + dT) > E / T, where E counts one token per request (the
 request emits anyway) plus the kept nodes' values, and T is the step-cost model's prediction.
 So trees shrink smoothly as the batch grows, confident requests keep drafting at any batch size,
 and a step that nothing pays for drafts nothing.
+
+Drafting itself costs time the plan cannot save: the heads run before the plan can tell what
+pays. The step-cost model therefore learns steps without their drafting time (T is a step
+without drafting), the plan counts the drafting already done as spent, and `DraftGate` skips
+drafting, head calls included, at a batch size where what the plan has kept there recently was
+worth less than the drafting took (at 16 requests on a 2-core CPU the heads took about 8 ms of
+a 150-200 ms step while the plan kept about one node per request, docs/results/serving).
 """
 
 from __future__ import annotations
@@ -78,15 +87,28 @@ def _best_extension(request: BudgetRequest, kept: int, per_token: float, per_tre
     return best
 
 
-def plan_budget(requests: Sequence[BudgetRequest], cost: StepCostModel) -> list[int]:
-    """Draft nodes kept per request (a prefix of each tree in node order); see the module doc."""
+@dataclass(frozen=True)
+class BudgetPlan:
+    """A step's plan: draft nodes kept per request, and what the plan expects of them."""
+
+    kept: list[int]
+    """Draft nodes kept per request (a prefix of each tree in node order)."""
+    gain: float
+    """Expected accepted draft tokens over the step (the kept nodes' values)."""
+    seconds: float
+    """Predicted extra seconds of the step for verifying them."""
+
+
+def plan_budget(requests: Sequence[BudgetRequest], cost: StepCostModel, spent: float = 0.0) -> BudgetPlan:
+    """Draft nodes kept per request; see the module doc. `spent`: seconds the step already took
+    that no choice here changes (the drafting), part of the step's cost the plan divides by."""
     rows = len(requests)
     kept = [0] * rows
     if not rows:
-        return kept
+        return BudgetPlan(kept, 0.0, 0.0)
     _, _, per_token, per_tree_token = (float(c) for c in cost.coefficients)
     expected = float(rows)
-    seconds = cost.cost(rows, rows, 0)
+    base = seconds = cost.cost(rows, rows, 0) + max(0.0, spent)
     best = [_best_extension(r, 0, per_token, per_tree_token) for r in requests]
     while True:
         candidates = [i for i in range(rows) if best[i] is not None and best[i][2] > 0]
@@ -98,7 +120,59 @@ def plan_budget(requests: Sequence[BudgetRequest], cost: StepCostModel) -> list[
             break  # the best extension no longer raises expected tokens per second: none does
         kept[i], expected, seconds = n, expected + gain, seconds + extra
         best[i] = _best_extension(requests[i], n, per_token, per_tree_token)
-    return kept
+    return BudgetPlan(kept, expected - rows, seconds - base)
+
+
+@dataclass
+class _Drafting:
+    """What drafting at one batch size has been worth (averages over its drafting steps)."""
+
+    gain: float
+    seconds: float
+    drafting: float
+    skipped: int = 0
+
+
+class DraftGate:
+    """Whether a step drafts at all: the budget cuts trees only after the heads drafted them, so
+    where what it keeps is worth less than the drafting took, drafting is skipped.
+
+    Per batch size it averages, over the steps that drafted, the plan's expected gain (tokens),
+    its extra seconds and the drafting's own seconds; a step of `batch` requests drafts when
+    (batch + gain) / (T + seconds + drafting) > batch / T, T the step-cost model's step without
+    drafts, or when nothing is known yet at that batch size, or when it is the
+    `explore_every`-th step in a row the gate skipped there (the averages follow the load)."""
+
+    def __init__(self, config: StepBudgetConfig) -> None:
+        self._weight = 1.0 / config.gate_memory
+        self._explore_every = config.gate_explore_every
+        self._by_batch: dict[int, _Drafting] = {}
+
+    def drafts(self, batch: int, cost: StepCostModel) -> bool:
+        """Whether a step of `batch` requests drafts (a skip is counted toward exploring)."""
+        known = self._by_batch.get(batch)
+        if known is None:
+            return True
+        if known.skipped + 1 >= self._explore_every:
+            known.skipped = 0
+            return True
+        step = cost.cost(batch, batch, 0)
+        if known.gain * step > batch * (known.seconds + known.drafting):
+            return True
+        known.skipped += 1
+        return False
+
+    def observe(self, batch: int, plan: BudgetPlan, drafting: float) -> None:
+        """A step of `batch` requests that drafted for `drafting` seconds and kept `plan`."""
+        known = self._by_batch.get(batch)
+        if known is None:
+            self._by_batch[batch] = _Drafting(plan.gain, plan.seconds, drafting)
+            return
+        w = self._weight
+        known.gain += w * (plan.gain - known.gain)
+        known.seconds += w * (plan.seconds - known.seconds)
+        known.drafting += w * (drafting - known.drafting)
+        known.skipped = 0
 
 
 class LookupRate:

@@ -6,7 +6,9 @@ import pytest
 
 from entmtp_vllm.config import StepBudgetConfig, StepCostPrior
 from entmtp_vllm.step_budget import (
+    BudgetPlan,
     BudgetRequest,
+    DraftGate,
     HeadCalibration,
     LookupRate,
     chain_nodes,
@@ -48,9 +50,9 @@ def test_batch_one_with_a_cheap_token_keeps_the_whole_tree():
     whole tree, as before the budget."""
     model = cost_model(50.0, 1.0, 0.5)
     tree = BudgetRequest(node_values([1.0, 0.7, 0.2, 0.6, 0.3, 0.3], TREE, 1.0, 0.0), chain_nodes(TREE))
-    assert plan_budget([tree], model) == [5]
+    assert plan_budget([tree], model).kept == [5]
     chain = BudgetRequest([0.6, 0.35, 0.2, 0.1, 0.05], 5)
-    assert plan_budget([chain], model) == [5]
+    assert plan_budget([chain], model).kept == [5]
 
 
 def test_plan_respects_the_budget_and_is_never_worse_than_not_drafting():
@@ -61,7 +63,7 @@ def test_plan_respects_the_budget_and_is_never_worse_than_not_drafting():
         BudgetRequest(node_values([1.0, 0.9, 0.05, 0.9, 0.1, 0.5], TREE, 1.0, 0.0), chain_nodes(TREE)),
         BudgetRequest([], 0),
     ]
-    kept = plan_budget(requests, model)
+    kept = plan_budget(requests, model).kept
     assert all(0 <= n <= len(r.values) for r, n in zip(requests, kept))
     rate = expected_rate(requests, kept, model)
     assert rate >= expected_rate(requests, [0] * 4, model)
@@ -82,7 +84,7 @@ def test_most_confident_requests_draft_first_and_trees_shrink_with_load():
     unsure = BudgetRequest([0.4, 0.15, 0.05, 0.01], 4)
     totals = []
     for batch in (1, 4, 8, 16):
-        kept = plan_budget([confident] * (batch // 2 or 1) + [unsure] * (batch // 2), model)
+        kept = plan_budget([confident] * (batch // 2 or 1) + [unsure] * (batch // 2), model).kept
         sure, rest = kept[: batch // 2 or 1], kept[batch // 2 or 1 :]
         assert min(sure) >= max(rest, default=0)  # confident ones never get fewer nodes
         assert min(sure) >= 1  # and keep drafting at every batch size
@@ -92,9 +94,39 @@ def test_most_confident_requests_draft_first_and_trees_shrink_with_load():
 
 def test_nothing_drafts_when_nothing_pays():
     model = cost_model(10.0, 1.0, 20.0)  # a token costs twice a step's fixed part
-    kept = plan_budget([BudgetRequest([0.5, 0.3], 2), BudgetRequest([0.4], 1)], model)
+    kept = plan_budget([BudgetRequest([0.5, 0.3], 2), BudgetRequest([0.4], 1)], model).kept
     assert kept == [0, 0]
-    assert plan_budget([], model) == []
+    assert plan_budget([], model).kept == []
+
+
+def test_plan_reports_its_gain_and_seconds_and_counts_spent_drafting():
+    model = cost_model(40.0, 1.0, 4.0)
+    requests = [BudgetRequest([0.9, 0.6, 0.3], 3), BudgetRequest([0.5, 0.2], 2)]
+    plan = plan_budget(requests, model)
+    assert plan.gain == pytest.approx(sum(sum(r.values[:n]) for r, n in zip(requests, plan.kept)))
+    assert plan.seconds == pytest.approx(4e-3 * sum(plan.kept))
+    # the drafting already spent makes the step longer, so a marginal node pays more easily
+    spent = plan_budget(requests, model, spent=0.2)
+    assert all(a >= b for a, b in zip(spent.kept, plan.kept)) and sum(spent.kept) > sum(plan.kept)
+
+
+def test_gate_skips_drafting_where_it_does_not_pay_and_explores():
+    config = StepBudgetConfig(gate_memory=4, gate_explore_every=4)
+    model = cost_model(100.0, 0.0, 5.0)  # 16 requests: a 180 ms step without drafts
+    gate = DraftGate(config)
+    assert gate.drafts(16, model)  # nothing known at 16 yet: draft, and learn
+    # the plan kept 1 expected token for 10 ms of verification, after 12 ms of drafting:
+    # 17 tokens in 202 ms against 16 in 180 ms, a loss
+    gate.observe(16, BudgetPlan([1] + [0] * 15, 1.0, 0.010), drafting=0.012)
+    decisions = [gate.drafts(16, model) for _ in range(8)]
+    assert decisions == [False, False, False, True] * 2  # every 4th step explores
+    # one request: 2 expected tokens for 8 ms of verification and 2 ms of drafting pays
+    gate.observe(1, BudgetPlan([3], 2.0, 0.008), drafting=0.002)
+    assert all(gate.drafts(1, model) for _ in range(5))
+    # when drafting pays again at 16 (a cheaper draft, surer heads), the averages follow
+    for _ in range(12):
+        gate.observe(16, BudgetPlan([2] * 16, 20.0, 0.16), drafting=0.004)
+    assert all(gate.drafts(16, model) for _ in range(5))
 
 
 def test_head_calibration_learns_overconfident_heads():

@@ -18,6 +18,7 @@ is cut to the tokens found (no match: no branch), and the lookup features reach 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,16 @@ from entmtp_vllm.config import STEP_BUDGET
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.lookup import NO_MATCH, LookupMatch, PromptLookup
 from entmtp_vllm.scheduling import RequestSchedule, TreeScheduler
-from entmtp_vllm.step_budget import BudgetRequest, HeadCalibration, LookupRate, chain_nodes, node_values, plan_budget
+from entmtp_vllm.step_budget import (
+    BudgetPlan,
+    BudgetRequest,
+    DraftGate,
+    HeadCalibration,
+    LookupRate,
+    chain_nodes,
+    node_values,
+    plan_budget,
+)
 from entmtp_vllm.step_cost import StepCostModel
 from entmtp_vllm.topology import TreeBuffers, build_tree_buffers
 from entmtp_vllm.tree import Tree
@@ -118,6 +128,9 @@ class ProposerStats:
     """Drafted nodes the step budget did not keep."""
     budget_empty: int = 0
     """Request steps the step budget gave no draft at all."""
+    gate_skips: int = 0
+    """Engine steps that drafted nothing because drafting did not pay at their batch size
+    (`step_budget.DraftGate`; no head call)."""
     prefix_gaps: int = 0
     """Steps whose accepted positions did not follow a request's prefix-layer cache (heads with a
     prefix layer): positions decoded by vLLM's sampler alone, or a misplaced position."""
@@ -146,6 +159,7 @@ class ProposerStats:
             "lookup_accepted": self.lookup_accepted,
             "budget_cut_nodes": self.budget_cut_nodes,
             "budget_empty": self.budget_empty,
+            "gate_skips": self.gate_skips,
             "prefix_gaps": self.prefix_gaps,
             "steps_timed": self.steps_timed,
             "step_seconds": self.step_seconds,
@@ -188,6 +202,13 @@ class EntMTPProposer:
         self.cost_model = StepCostModel(self.budget or STEP_BUDGET)
         self.calibration = HeadCalibration(self.budget or STEP_BUDGET)
         self.lookup_rate = LookupRate(self.budget or STEP_BUDGET)
+        # Measured drafting time enters the plan (spent) and the gate only with an online budget:
+        # a pinned one plans the same on any machine.
+        self._online = self.budget is not None and self.budget.online
+        self.gate = DraftGate(self.budget) if self._online and self.budget.gate else None
+        self._drafting_seconds = 0.0
+        """Seconds `propose_trees` took since the last timed step (not part of what the step-cost
+        model learns: the plan counts them as spent, the gate weighs them)."""
         self.scheduler = TreeScheduler(self.policy, self.bank.lookup_length > 0, self.settings.lookup.ema_alpha)
         self._requests: dict[str, RequestSchedule] = {}
         self._forks: dict[str, Any] = {}
@@ -311,9 +332,19 @@ class EntMTPProposer:
         the step budget keeps of each the prefix that pays for itself."""
         if self.drafter is None:
             raise EntMTPError("EntMTP: propose_trees called before load_model")
+        started = time.perf_counter()
+        try:
+            return self._propose_trees(requests, batch_size, started)
+        finally:
+            self._drafting_seconds += time.perf_counter() - started
+
+    def _propose_trees(self, requests: list[DraftRequest | None], batch_size: int, started: float) -> list[Proposal | None]:
         proposals: list[Proposal | None] = [None] * len(requests)
         if self.drafts_nothing(batch_size):  # the explicit batch fallback: plain decoding
             self._count("fallback_steps", sum(r is not None for r in requests))
+            return proposals
+        if self.gate is not None and not self.gate.drafts(batch_size, self.cost_model):
+            self._skip_drafting(requests)
             return proposals
         use_fallback = self.fallback_max_batch is not None and batch_size > self.fallback_max_batch
         fallback_tree = self.fallback_tree if use_fallback else None  # this step's tree for every request
@@ -348,7 +379,8 @@ class EntMTPProposer:
         # Top-k drafting (and copying) is deterministic: the lossless rule then needs no draft
         # distributions (q is the one-hot on each drafted token).
         drafts = self.drafter.draft_trees(steps, trees, [m.tokens for m in matches])
-        kept = self._budget(drafts, trees, states, batch_size)
+        plan = self._budget(drafts, trees, states, batch_size, spent=time.perf_counter() - started if self._online else 0.0)
+        kept = plan.kept if plan is not None else [buffers.num_nodes - 1 for buffers in trees]
         chosen: set[int] = set()
         shapes: set[str] = set()
         for i, index, buffers, draft, n in zip(live, indices, trees, drafts, kept):
@@ -368,12 +400,29 @@ class EntMTPProposer:
             self.stats.mixed_steps += 1
         if len(shapes) == 3:
             self.stats.shape_mixed_steps += 1
+        if self.gate is not None and plan is not None:
+            self.gate.observe(batch_size, plan, time.perf_counter() - started)
         return proposals
 
-    def _budget(self, drafts: list, trees: list[TreeBuffers], states: list[RequestSchedule], batch_size: int) -> list[int]:
-        """Draft nodes each request keeps this step: the step budget's plan, or every node."""
+    def _skip_drafting(self, requests: list[DraftRequest | None]) -> None:
+        """A step the gate keeps from drafting: the policies still see the step's outcome, and a
+        prefix layer's caches still follow the accepted positions."""
+        self._count("gate_skips")
+        for request in requests:
+            if request is None:
+                continue
+            state = self._state(request.req_id)
+            self.scheduler.observe(state, request.accept_length)
+            self.scheduler.skip(state, request.entropy)
+            if self.observes_positions:
+                self._drafter_of(request)
+
+    def _budget(self, drafts: list, trees: list[TreeBuffers], states: list[RequestSchedule], batch_size: int,
+                spent: float) -> BudgetPlan | None:
+        """The step budget's plan for this step's drafts (None without a budget: every node is
+        kept); `spent`: seconds this step's drafting already took."""
         if self.budget is None:
-            return [buffers.num_nodes - 1 for buffers in trees]
+            return None
         scale, config, prior = self.calibration.scale, self.budget, self.lookup_rate.rate
         candidates = []
         for draft, buffers, state in zip(drafts, trees, states):
@@ -383,15 +432,17 @@ class EntMTPProposer:
             candidates.append(BudgetRequest(values, chain_nodes(parents)))
         # Requests that draft nothing this step (None in) still take a row each.
         padding = max(0, batch_size - len(candidates))
-        return plan_budget(candidates + [BudgetRequest((), 0)] * padding, self.cost_model)[: len(candidates)]
+        plan = plan_budget(candidates + [BudgetRequest((), 0)] * padding, self.cost_model, spent)
+        return BudgetPlan(plan.kept[: len(candidates)], plan.gain, plan.seconds)
 
     def record_step_time(self, seconds: float, shape: tuple[int, int, int] | None) -> None:
         """A timed engine step; `shape` (requests, rows, tree rows) when it was decode-only,
-        which the step-cost model learns from."""
+        which the step-cost model learns from, less the drafting the step did."""
         self._count("steps_timed")
         self._count("step_seconds", seconds)
+        drafting, self._drafting_seconds = self._drafting_seconds, 0.0
         if shape is not None and (self.budget is None or self.budget.online):
-            self.cost_model.observe(*shape, seconds)
+            self.cost_model.observe(*shape, seconds - drafting)
             if self.cost_model.steps % 64 == 1:
                 for name, value in self.cost_model.as_dict().items():
                     if name.endswith("_ms"):

@@ -20,7 +20,8 @@ from entmtp_vllm.vllm_plugin.proposer import DraftRequest, EntMTPProposer
 HIDDEN, VOCAB = 16, 40
 
 
-def _proposer(settings: dict, num_spec: int = 6) -> EntMTPProposer:
+def _proposer(settings: dict, num_spec: int = 6, spread: float = 0.5) -> EntMTPProposer:
+    """The proposer over random heads; a small `spread` makes them unsure (flat distributions)."""
     config = SimpleNamespace(
         speculative_config=SimpleNamespace(num_speculative_tokens=num_spec),
         additional_config={"entmtp": settings},
@@ -31,7 +32,7 @@ def _proposer(settings: dict, num_spec: int = 6) -> EntMTPProposer:
     heads = HydraHeads(HIDDEN, VOCAB, num_heads=3)
     with torch.no_grad():
         for parameter in heads.parameters():
-            parameter.normal_(0.0, 0.5)
+            parameter.normal_(0.0, spread)
     proposer.drafter = TreeDrafter(heads, torch.randn(VOCAB, HIDDEN), torch.randn(VOCAB, HIDDEN))
     return proposer
 
@@ -173,10 +174,45 @@ def test_step_budget_keeps_whole_trees_when_tokens_are_cheap_and_none_when_dear(
     cheap = _proposer({"bank": "full:2,1,1", "budget": _budget(1000.0, 0.001)})
     assert _drafts(cheap.propose_trees(requests(), batch_size=3)) == whole
     assert cheap.stats.budget_cut_nodes == 0 and cheap.stats.budget_empty == 0
-    dear = _proposer({"bank": "full:2,1,1", "budget": _budget(0.0, 1000.0)})  # a node never pays
+    # a draft row costs a request's row, and the heads are unsure: a node never pays
+    dear = _proposer({"bank": "full:2,1,1", "budget": _budget(0.0, 1000.0)}, spread=0.05)
     assert dear.propose_trees(requests(), batch_size=3) == [None] * 3
     assert dear.stats.budget_empty == 3 and dear.stats.budget_cut_nodes == 18
     assert dear.stats.tree_usage == {}  # nothing drafted, nothing counted as a tree step
+
+
+def test_gate_stops_calling_the_heads_where_nothing_pays_and_keeps_the_policy_state(head_calls):
+    proposer = _proposer({"bank": "full:2,1,1", "budget": {**_budget(0.0, 1000.0), "gate_explore_every": 3}}, spread=0.05)
+    requests = lambda: [_request(str(i), accept_length=1) for i in range(4)]  # noqa: E731
+    assert proposer.propose_trees(requests(), batch_size=4) == [None] * 4  # drafted, nothing kept
+    assert proposer.stats.gate_skips == 0 and proposer.stats.budget_empty == 4
+    calls = head_calls(HydraHeads)
+    for _ in range(2):
+        assert proposer.propose_trees(requests(), batch_size=4) == [None] * 4
+    assert calls == [] and proposer.stats.gate_skips == 2  # no head ran
+    assert proposer.num_live_requests == 4  # the requests' policy state is kept
+    proposer.propose_trees(requests(), batch_size=4)  # the third step explores: the heads run
+    assert calls and proposer.stats.gate_skips == 2
+    # another batch size is judged on its own
+    proposer.propose_trees(requests()[:1], batch_size=1)
+    assert proposer.stats.gate_skips == 2
+    # no gate: every step drafts
+    ungated = _proposer({"bank": "full:2,1,1", "budget": {**_budget(0.0, 1000.0), "gate": False}}, spread=0.05)
+    for _ in range(3):
+        ungated.propose_trees(requests(), batch_size=4)
+    assert ungated.gate is None and ungated.stats.gate_skips == 0 and ungated.stats.budget_empty == 12
+
+
+def test_drafting_time_is_left_out_of_what_the_cost_model_learns():
+    proposer = _proposer({"bank": "full:2,1,1", "budget": _budget(10.0, 1.0)})
+    proposer.propose_trees([_request("a")], batch_size=1)
+    assert proposer._drafting_seconds > 0  # propose_trees timed itself
+    for _ in range(60):  # steps of 80 ms, 30 of them drafting
+        proposer._drafting_seconds = 0.03
+        proposer.record_step_time(0.08, (1, 1, 0))
+    assert proposer._drafting_seconds == 0.0
+    assert proposer.stats.step_seconds == pytest.approx(60 * 0.08)  # the steps count whole
+    assert proposer.cost_model.cost(1, 1, 0) == pytest.approx(0.05, abs=2e-3)  # learnt without drafting
 
 
 def test_step_budget_cuts_trees_to_a_prefix_in_node_order():
