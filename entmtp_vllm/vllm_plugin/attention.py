@@ -27,6 +27,7 @@ import functools
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from vllm import _custom_ops as ops
 from vllm.model_executor.layers.attention.attention import get_attention_context
@@ -204,6 +205,19 @@ def _gather_plan(step: TreeStep, metadata: CPUAttentionMetadata, num_blocks: int
     return step.cache["cpu_gather"]
 
 
+def _output_plan(step: TreeStep, visible: torch.Tensor, group: int):
+    """Shared by every layer: the additive mask with the query heads of one K/V head folded into
+    the query rows ([R, 1, group * Nmax, L]: 0 visible, -inf not), the output rows of the real
+    nodes, and where they sit in the flattened [R * Nmax] results."""
+    if "cpu_rows" not in step.cache:
+        num_trees, nmax, longest = visible.shape
+        folded = visible[:, None, None].expand(num_trees, 1, group, nmax, longest).reshape(num_trees, 1, group * nmax, longest)
+        additive = torch.zeros(folded.shape).masked_fill_(~folded, float("-inf"))
+        picks = step.node_valid.reshape(-1).nonzero().squeeze(1)
+        step.cache["cpu_rows"] = (additive, step.token_rows.reshape(-1)[picks], picks)
+    return step.cache["cpu_rows"]
+
+
 def tree_rows_attention(
     impl: CPUAttentionBackendImpl,
     layer: torch.nn.Module,
@@ -219,21 +233,28 @@ def tree_rows_attention(
     k_offsets, v_offsets = block_layout(num_kv_heads, block_size, head_dim, kv_cache.dtype, layer.isa)
     block_ids, longest, visible = _gather_plan(step, metadata, num_blocks, block_size)
     num_trees, nmax = step.token_rows.shape
+    group = impl.num_heads // num_kv_heads
 
     k_affine, v_affine = layout_strides(num_kv_heads, block_size, head_dim, kv_cache.dtype, layer.isa)
     keys = _cache_rows(kv_cache, block_ids, k_offsets, k_affine, longest)
     values = _cache_rows(kv_cache, block_ids, v_offsets, v_affine, longest)
 
-    group = impl.num_heads // num_kv_heads
+    # Queries [R, Hkv, group * Nmax, D]: the heads that share a K/V head become its query rows.
     q = query[step.token_rows].float().view(num_trees, nmax, num_kv_heads, group, head_dim)
-    scores = torch.einsum("rnkgd,rlkd->rkgnl", q, keys) * impl.scale
+    q = q.permute(0, 2, 3, 1, 4).reshape(num_trees, num_kv_heads, group * nmax, head_dim)
+    additive, rows, picks = _output_plan(step, visible, group)
     if impl.logits_soft_cap:
-        scores = impl.logits_soft_cap * torch.tanh(scores / impl.logits_soft_cap)
-    scores = scores.masked_fill(~visible[:, None, None], float("-inf"))
-    attended = torch.einsum("rkgnl,rlkd->rnkgd", scores.softmax(dim=-1), values)
-    attended = attended.reshape(num_trees, nmax, impl.num_heads, head_dim)
+        scores = torch.matmul(q, keys.permute(0, 2, 3, 1)) * impl.scale
+        scores = impl.logits_soft_cap * torch.tanh(scores / impl.logits_soft_cap) + additive
+        attended = torch.matmul(scores.softmax(dim=-1), values.transpose(1, 2))
+    else:  # one fused kernel (torch's CPU flash attention) instead of four ops
+        attended = F.scaled_dot_product_attention(
+            q, keys.transpose(1, 2), values.transpose(1, 2), attn_mask=additive, scale=impl.scale
+        )
+    attended = attended.view(num_trees, num_kv_heads, group, nmax, head_dim).permute(0, 3, 1, 2, 4)
+    attended = attended.reshape(num_trees * nmax, impl.num_heads, head_dim)
     out = output.view(output.shape[0], impl.num_heads, head_dim)
-    out[step.token_rows[step.node_valid]] = attended[step.node_valid].to(out.dtype)
+    out[rows] = attended.index_select(0, picks).to(out.dtype)
 
 
 def _layer_tree_step(layer) -> TreeStep | None:

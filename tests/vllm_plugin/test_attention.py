@@ -94,11 +94,11 @@ def _step(trees, starts):
     )
 
 
-def _impl():
-    return SimpleNamespace(num_heads=HKV * GROUP, head_size=D, scale=D**-0.5, logits_soft_cap=0)
+def _impl(soft_cap: float = 0):
+    return SimpleNamespace(num_heads=HKV * GROUP, head_size=D, scale=D**-0.5, logits_soft_cap=soft_cap)
 
 
-def _dense(query, keys, values, trees, contexts, starts):
+def _dense(query, keys, values, trees, contexts, starts, soft_cap=0):
     out = torch.zeros(query.shape, dtype=torch.float32)
     for r, t in enumerate(trees):
         n, c = t.num_nodes, contexts[r]
@@ -107,6 +107,8 @@ def _dense(query, keys, values, trees, contexts, starts):
         q = query[starts[r] : starts[r] + n].float().view(n, HKV, GROUP, D)
         k, v = keys[r].float(), values[r].float()
         scores = torch.einsum("nkgd,lkd->kgnl", q, k) * D**-0.5
+        if soft_cap:
+            scores = soft_cap * torch.tanh(scores / soft_cap)
         probs = scores.masked_fill(~visible, float("-inf")).softmax(-1)
         out[starts[r] : starts[r] + n] = torch.einsum("kgnl,lkd->nkgd", probs, v).reshape(n, HKV * GROUP, D)
     return out
@@ -146,17 +148,19 @@ def test_causal_tree_matches_stock_kernel(dtype):
     torch.testing.assert_close(ours.float(), stock.float(), atol=tol, rtol=tol)
 
 
+@pytest.mark.parametrize("soft_cap", [0, 5.0])
 @pytest.mark.parametrize("strided", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_tree_mask_matches_dense_reference(dtype, strided, monkeypatch):
-    """Both ways of reading K/V: strided views (affine layouts) and index gathers (any layout)."""
+def test_tree_mask_matches_dense_reference(dtype, strided, soft_cap, monkeypatch):
+    """Both ways of reading K/V: strided views (affine layouts) and index gathers (any layout);
+    the fused kernel, and the matmul path that applies a logits soft cap."""
     monkeypatch.setattr(attention, "USE_STRIDED_VIEWS", strided)
     contexts = [33, 64, 9]
     trees = [build_tree_buffers(Tree.from_spec(s)) for s in ("full:2,1,1", "full:3,2", "full:2^2")]
     cache, keys, values, query, meta, starts, isa = _setup(dtype, contexts, trees, seed=1)
     ours = torch.zeros_like(query)
-    tree_rows_attention(_impl(), SimpleNamespace(isa=isa), _step(trees, starts), query, cache, meta, ours)
-    expected = _dense(query, keys, values, trees, contexts, starts)
+    tree_rows_attention(_impl(soft_cap), SimpleNamespace(isa=isa), _step(trees, starts), query, cache, meta, ours)
+    expected = _dense(query, keys, values, trees, contexts, starts, soft_cap)
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(ours.float(), expected, atol=tol, rtol=tol)
 
