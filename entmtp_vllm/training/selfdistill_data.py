@@ -79,7 +79,8 @@ def generate_answers(
 
     from entmtp_vllm.kv_cache_size import model_shape
 
-    todo = [p for p in prompts if p.id not in done_ids(out_file)]
+    done = done_ids(out_file)  # read once: the file holds up to a million tokens of answers
+    todo = [p for p in prompts if p.id not in done]
     log(f"{len(prompts) - len(todo)} prompts already answered, {len(todo)} to go")
     if not todo:
         return 0
