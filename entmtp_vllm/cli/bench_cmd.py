@@ -89,7 +89,8 @@ def register_serve(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--max-tokens", type=int, default=128, help="max new tokens per request (default: %(default)s)")
     serve.add_argument("--temperature", type=float, default=0.0, help="sampling temperature, 0 = greedy (default: %(default)s)")
     serve.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens (vLLM's ignore_eos)")
-    serve.add_argument("--duration", type=float, help="seconds per level: keep sending prompts cyclically (soak test)")
+    serve.add_argument("--duration", type=float, help="seconds per level: keep sending prompts cyclically (a soak, or steady load); output tok/s "
+                       "is then the server's token count over the window, the drain left out")
     serve.add_argument("--chat", action=argparse.BooleanOptionalAction, default=True,
                        help="chat completions (default) or plain completions with the raw prompt text")
     serve.add_argument("--warmup", type=int, default=1, help="warm-up requests before the first level (default: %(default)s)")

@@ -454,6 +454,21 @@ def test_duration_mode_keeps_sending_cyclically():
     level = results["levels"][0]
     assert level["requests"] > 2 and level["failed"] == level["requests"]
     assert __import__("time").perf_counter() - start < 30
+    assert level["window"] is None  # no server counters: the rate is tokens over wall time
+    assert level["output_tokens_per_s"] == level["drained_tokens_per_s"]
+
+
+def test_window_throughput_is_the_server_count_over_the_window():
+    from entmtp_vllm.bench.serve.client import window_throughput
+
+    before = bench.parse_prometheus("vllm:generation_tokens_total{model_name=\"m\"} 100\n")
+    at_deadline = bench.parse_prometheus("vllm:generation_tokens_total{model_name=\"m\"} 700\n")
+    assert window_throughput(before, at_deadline, 10.0) == {"seconds": 10.0, "output_tokens": 600.0,
+                                                            "output_tokens_per_s": 60.0}
+    assert window_throughput(before, None, 10.0) is None
+    assert window_throughput(bench.parse_prometheus("other 1\n"), at_deadline, 10.0) is None
+    level = bench.summarize_level([], 12.0, 2, window={"seconds": 10.0, "output_tokens": 600.0, "output_tokens_per_s": 60.0})
+    assert level["output_tokens_per_s"] == 60.0 and level["drained_tokens_per_s"] == 0.0
 
 
 class _FakeStream:

@@ -234,3 +234,21 @@ def test_bench_serve_against_the_server(server, tmp_path, capsys):
         assert sum(acceptance["tree_usage"].values()) > 0
         assert "active_requests" in acceptance["entmtp"]
     assert (out / "serve.png").stat().st_size > 1000 and (out / "serve.md").is_file()
+
+
+def test_bench_serve_duration_reads_the_steady_rate_off_the_server(server, tmp_path):
+    """--duration: output tok/s is the server's own token count over the window (every client
+    busy), the drain of the requests still running at the deadline left out but kept apart."""
+    from entmtp_vllm.bench.serve import ServeBenchConfig, make_config, run_serve_bench
+
+    base_url, _ = server
+    config = make_config(ServeBenchConfig, base_url=base_url, datasets=["mt_bench"], num_prompts=4,
+                         concurrency=[2], max_tokens=48, duration=6.0, warmup=0)
+    level = run_serve_bench(config, progress=False)["levels"][0]
+    window = level["window"]
+    assert level["failed"] == 0 and window is not None, level["errors"]
+    assert 6.0 <= window["seconds"] < 8.0 and window["output_tokens"] > 0
+    assert level["output_tokens_per_s"] == window["output_tokens_per_s"]
+    # the requests finished after the deadline generated tokens the window did not count
+    assert level["output_tokens"] > window["output_tokens"]
+    assert level["drained_tokens_per_s"] == level["output_tokens"] / level["wall_s"]

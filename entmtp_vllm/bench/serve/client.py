@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from entmtp_vllm.bench.serve.config import ServeBenchConfig
-from entmtp_vllm.bench.serve.prometheus import MetricsSnapshot, acceptance_delta, parse_prometheus
+from entmtp_vllm.bench.serve.prometheus import GENERATION_TOKENS, MetricsSnapshot, acceptance_delta, parse_prometheus
 from entmtp_vllm.bench.serve.statistics import RequestResult, summarize_level
 from entmtp_vllm.errors import EntMTPError
 
@@ -226,13 +226,31 @@ async def _bench_async(config: ServeBenchConfig, prompts: list[str], progress: b
         levels = []
         for concurrency in config.concurrency:
             before = await level_metrics(http, config)
-            results, wall = await run_level(
+            started = time.perf_counter()
+            level = asyncio.create_task(run_level(
                 client, config, model, prompts, concurrency, progress,
                 desc=f"{label + ' ' if label else ''}concurrency {concurrency}",
-            )
+            ))
+            window = None
+            if config.duration:  # the server's own count at the deadline, while every client is busy
+                await asyncio.sleep(config.duration)
+                window = window_throughput(before, await level_metrics(http, config), time.perf_counter() - started)
+            results, wall = await level
             after = await level_metrics(http, config)
-            levels.append(summarize_level(results, wall, concurrency, level_acceptance(before, after)))
+            levels.append(summarize_level(results, wall, concurrency, level_acceptance(before, after), window))
     return {"model": model, "levels": levels}
+
+
+def window_throughput(before: MetricsSnapshot | None, at_deadline: MetricsSnapshot | None, seconds: float) -> dict | None:
+    """Output tokens per second over a `--duration` window, from the server's own counter
+    (`vllm:generation_tokens`) at its start and at the deadline: every client is busy for the
+    whole window, so this is the steady rate, without the drain of the requests still running at
+    the deadline (up to one whole request at every client). None without that counter."""
+    counts = [None if snap is None else snap.total(GENERATION_TOKENS) for snap in (before, at_deadline)]
+    if None in counts or seconds <= 0:
+        return None
+    tokens = counts[1] - counts[0]
+    return {"seconds": seconds, "output_tokens": tokens, "output_tokens_per_s": tokens / seconds}
 
 
 def run_serve_bench(config: ServeBenchConfig, progress: bool = True, label: str = "") -> dict[str, Any]:

@@ -83,8 +83,11 @@ class ServeBenchConfig(_Model):
     `ignore_eos` extra parameter; other servers may refuse it)."""
 
     duration: float | None = Field(default=None, gt=0)
-    """Seconds per level: keep sending prompts cyclically until then (a soak test); None: each
-    prompt once per level."""
+    """Seconds per level: keep sending prompts cyclically until then (a soak, or a steady-load
+    measurement); None: each prompt once per level. Output tok/s is then the server's own count
+    of generated tokens over the window (`vllm:generation_tokens`), while every client is busy:
+    a fixed set of prompts sent once ends with a drain where fewer and fewer requests run, which
+    at a concurrency near the number of prompts measures mostly the slowest request."""
 
     chat: bool = True
     """Chat completions (the server applies the chat template); False: plain completions with

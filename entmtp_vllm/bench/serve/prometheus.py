@@ -16,6 +16,8 @@ SPEC_SERIES = {
     "num_accepted_tokens": "vllm:spec_decode_num_accepted_tokens",
 }
 PER_POSITION_SERIES = "vllm:spec_decode_num_accepted_tokens_per_pos"
+GENERATION_TOKENS = "vllm:generation_tokens"
+"""vLLM's counter of output tokens generated (a `--duration` level's steady rate is read off it)."""
 ENTMTP_PREFIX = "entmtp_"
 ENTMTP_SPEC_SERIES = {
     "num_drafts": "entmtp_tree_steps",

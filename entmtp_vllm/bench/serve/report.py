@@ -28,6 +28,9 @@ def markdown_report(results: dict[str, Any]) -> str:
     cfg = results["config"]
     mode = "chat" if cfg["chat"] else "completions"
     amount = f"{cfg['duration']:g} s per level" if cfg.get("duration") else f"{results['num_prompts']} prompts per level"
+    if cfg.get("duration"):
+        amount += (" (output tok/s: the server's generated tokens over the window while every client was busy; "
+                   "the drain after it is left out, see drained_tokens_per_s in serve.json)")
     lines = [
         f"Serve benchmark — `{results['model']}` at {results['base_url']}; {', '.join(cfg['datasets'])}, {amount}, "
         f"max {cfg['max_tokens']} tokens, T={cfg['temperature']}, {mode}; {results['date']}"

@@ -70,8 +70,12 @@ def summarize_level(
     wall_s: float,
     concurrency: int,
     acceptance: dict[str, Any] | None = None,
+    window: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One concurrency level's numbers from its requests' records and its wall time."""
+    """One concurrency level's numbers from its requests' records and its wall time. `window`
+    (a `--duration` level, `client.window_throughput`): the steady rate over the window, which
+    then is `output_tokens_per_s`; the rate with the drain (all tokens / wall time) stays as
+    `drained_tokens_per_s`."""
     done = [r for r in results if r.ok]
     failed = [r for r in results if not r.ok]
     errors: list[str] = []
@@ -90,7 +94,9 @@ def summarize_level(
         "errors": errors,
         "wall_s": wall_s,
         "output_tokens": tokens,
-        "output_tokens_per_s": tokens / wall_s if wall_s > 0 else 0.0,
+        "output_tokens_per_s": window["output_tokens_per_s"] if window else tokens / wall_s if wall_s > 0 else 0.0,
+        "drained_tokens_per_s": tokens / wall_s if wall_s > 0 else 0.0,
+        "window": window,
         "requests_per_s": len(done) / wall_s if wall_s > 0 else 0.0,
         "tokens_counted_from": counted if done else None,
         "ttft_ms": summarize_ms([r.ttft_s for r in done if r.ttft_s is not None]),
