@@ -181,13 +181,14 @@ class StepBudgetConfig(_Config):
     engine's rate for each request, whose own hits and misses then replace it)."""
 
     gate: bool = True
-    """Skip drafting altogether at a batch size where it does not pay (`step_budget.DraftGate`):
+    """Skip the heads at a batch size where their drafts do not pay (`step_budget.DraftGate`):
     the budget can only cut a tree after the heads drafted it, so at a batch size where what it
-    keeps is worth less than the drafting took (the per-batch-size averages of the plan's
-    expected tokens, its extra seconds and the drafting's seconds), the step drafts nothing and
-    calls no head. False: every step drafts."""
+    kept lately is worth less than the drafting took (the per-batch-size averages of the plan's
+    expected tokens, its extra seconds and the drafting's seconds), the step calls no head; only
+    the requests whose policy picks a prompt-lookup-only tree (copied tokens, no head call) draft,
+    and the budget still judges those. False: every step drafts."""
 
-    gate_memory: int = Field(16, ge=1)
+    gate_memory: int = Field(8, ge=1)
     """The gate's per-batch-size averages forget older drafting steps with factor
     1 - 1/gate_memory per step at that batch size."""
 

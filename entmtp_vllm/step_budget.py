@@ -19,9 +19,9 @@ and a step that nothing pays for drafts nothing.
 
 Drafting itself costs time the plan cannot save: the heads run before the plan can tell what
 pays. The step-cost model therefore learns steps without their drafting time (T is a step
-without drafting), the plan counts the drafting already done as spent, and `DraftGate` skips
-drafting, head calls included, at a batch size where what the plan has kept there recently was
-worth less than the drafting took (at 16 requests on a 2-core CPU the heads took about 8 ms of
+without drafting), the plan counts the drafting already done as spent, and `DraftGate` keeps the
+heads from running at a batch size where what the plan has kept there recently was worth less
+than the drafting took (prompt-lookup trees, which call no head, still draft) (at 16 requests on a 2-core CPU the heads took about 8 ms of
 a 150-200 ms step while the plan kept about one node per request, docs/results/serving).
 """
 

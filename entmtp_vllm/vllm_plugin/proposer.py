@@ -343,9 +343,14 @@ class EntMTPProposer:
         if self.drafts_nothing(batch_size):  # the explicit batch fallback: plain decoding
             self._count("fallback_steps", sum(r is not None for r in requests))
             return proposals
-        if self.gate is not None and not self.gate.drafts(batch_size, self.cost_model):
-            self._skip_drafting(requests)
-            return proposals
+        # The gate keeps the heads from running where they have not paid lately; prompt-lookup
+        # trees (copied tokens, no head call) still draft, and the budget still judges them.
+        heads_pay = self.gate is None or self.gate.drafts(batch_size, self.cost_model)
+        if not heads_pay:
+            self._count("gate_skips")
+            if self.policy.heads_read:  # the policy itself would call the heads to choose
+                self._skip_drafting(requests)
+                return proposals
         use_fallback = self.fallback_max_batch is not None and batch_size > self.fallback_max_batch
         fallback_tree = self.fallback_tree if use_fallback else None  # this step's tree for every request
         live = [i for i, request in enumerate(requests) if request is not None]
@@ -376,6 +381,11 @@ class EntMTPProposer:
                 self._count("fallback_steps")
             indices.append(index)
         trees = [self.bank.buffers(index, self.device, lookup_length=len(m.tokens)) for index, m in zip(indices, matches)]
+        if not heads_pay:  # only lookup-only trees with a match draft this step
+            copies = [k for k, buffers in enumerate(trees) if 1 < buffers.num_nodes == len(buffers.lookup_nodes) + 1]
+            live, steps, states, indices, trees, matches = (
+                [values[k] for k in copies] for values in (live, steps, states, indices, trees, matches)
+            )
         # Top-k drafting (and copying) is deterministic: the lossless rule then needs no draft
         # distributions (q is the one-hot on each drafted token).
         drafts = self.drafter.draft_trees(steps, trees, [m.tokens for m in matches])
@@ -400,14 +410,13 @@ class EntMTPProposer:
             self.stats.mixed_steps += 1
         if len(shapes) == 3:
             self.stats.shape_mixed_steps += 1
-        if self.gate is not None and plan is not None:
+        if self.gate is not None and plan is not None and heads_pay:
             self.gate.observe(batch_size, plan, time.perf_counter() - started)
         return proposals
 
     def _skip_drafting(self, requests: list[DraftRequest | None]) -> None:
-        """A step the gate keeps from drafting: the policies still see the step's outcome, and a
-        prefix layer's caches still follow the accepted positions."""
-        self._count("gate_skips")
+        """A step that drafts nothing: the policies still see the step's outcome, and a prefix
+        layer's caches still follow the accepted positions."""
         for request in requests:
             if request is None:
                 continue

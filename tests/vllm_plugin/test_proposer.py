@@ -203,6 +203,25 @@ def test_gate_stops_calling_the_heads_where_nothing_pays_and_keeps_the_policy_st
     assert ungated.gate is None and ungated.stats.gate_skips == 0 and ungated.stats.budget_empty == 12
 
 
+def test_where_the_gate_stops_the_heads_prompt_lookup_still_drafts(tmp_path, head_calls):
+    """Copied tokens need no head call: under the gate the requests whose policy picks the
+    lookup-only tree still draft it (and the budget judges it), the others draft nothing."""
+    bank = tmp_path / "bank.json"
+    bank.write_text('{"hydra": [[0], [0, 0]], "loop": [[-1], [-1, -1], [-1, -1, -1]]}')
+    settings = {"bank": str(bank), "policy": "hysteresis@lookup_match:0.5:hydra,loop",
+                "budget": {**_budget(100.0, 0.001), "gate_explore_every": 100}}
+    proposer = _proposer(settings)
+    repeats = [7, 8, 9, 10, 11, 12, 13, 7, 8, 9]  # the suffix 7, 8, 9 was seen: copies 10, 11, 12
+    fresh = [1, 2, 3, 4, 5, 6]
+    requests = lambda: [_lookup_request("copy", repeats), _lookup_request("new", fresh)]  # noqa: E731
+    first = _drafts(proposer.propose_trees(requests(), batch_size=2))
+    assert first[0] == [10, 11, 12] and len(first[1]) == 2  # the heads drafted the second request's chain
+    proposer.gate._by_batch[2].gain = 0.0  # as if the heads' drafts had been worth nothing lately
+    calls = head_calls(HydraHeads)
+    assert _drafts(proposer.propose_trees(requests(), batch_size=2)) == [[10, 11, 12], []]
+    assert calls == [] and proposer.stats.gate_skips == 1
+
+
 def test_drafting_time_is_left_out_of_what_the_cost_model_learns():
     proposer = _proposer({"bank": "full:2,1,1", "budget": _budget(10.0, 1.0)})
     proposer.propose_trees([_request("a")], batch_size=1)

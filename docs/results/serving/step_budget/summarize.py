@@ -1,4 +1,5 @@
-"""Print the tables of this folder's README from the runs' compare.json files.
+"""Print the tables of this folder's README from the runs' compare.json files (and of any other
+`bench serve --compare` folder given; a column for the draft gate when the runs have it).
 
     .venv/bin/python docs/results/serving/step_budget/summarize.py [FOLDER ...]
 """
@@ -17,8 +18,11 @@ def table(folder: Path) -> None:
     rounds = results.get("rounds") or [{"runs": results["runs"], "table": results["table"]}]
     print(f"### {folder.name}: {results['num_prompts']} prompts, T={results['config']['temperature']}, "
           f"client {results['config'].get('client', 'entmtp')}, {len(rounds)} round(s)\n")
-    print("| concurrency | no speculation tok/s | ngram | EntMTP | EntMTP per round | τ EntMTP | EntMTP's share of step time | step-cost model (fixed / per request / per token ms) | draft nodes kept / drafted |")
-    print("|---:|---:|---:|---:|---|---:|---:|---|---:|")
+    gated = any(((lv.get("acceptance") or {}).get("entmtp") or {}).get("gate_skips") is not None
+                for lv in results["runs"]["entmtp"]["levels"])
+    print("| concurrency | no speculation tok/s | ngram | EntMTP | EntMTP per round | τ EntMTP | EntMTP's share of step time | step-cost model (fixed / per request / per token ms) | draft nodes kept / drafted |"
+          + (" steps the gate skipped / engine steps |" if gated else ""))
+    print("|---:|---:|---:|---:|---|---:|---:|---|---:|" + ("---:|" if gated else ""))
     rows = {(r["concurrency"], r["method"]): r for r in results["table"]}
     for c in sorted({r["concurrency"] for r in results["table"]}):
         base = rows.get((c, "vllm"))
@@ -40,6 +44,7 @@ def table(folder: Path) -> None:
             f"{(ent or {}).get('mean_acceptance_length') or 0:.2f} | {'–' if share is None else f'{100 * share:.1f}%'} | "
             f"{cost.get('fixed', 0):.1f} / {cost.get('per_request', 0):.2f} / {cost.get('per_token', 0):.2f} | "
             f"{kept or 0:.0f} / {(kept or 0) + (cut or 0):.0f} |"
+            + (f" {extra.get('gate_skips') or 0:.0f} / {extra.get('steps') or 0:.0f} |" if gated else "")
         )
     print()
 
