@@ -21,8 +21,9 @@ Drafting itself costs time the plan cannot save: the heads run before the plan c
 pays. The step-cost model therefore learns steps without their drafting time (T is a step
 without drafting), the plan counts the drafting already done as spent, and `DraftGate` keeps the
 heads from running at a batch size where what the plan has kept there recently was worth less
-than the drafting took (prompt-lookup trees, which call no head, still draft) (at 16 requests on a 2-core CPU the heads took about 8 ms of
-a 150-200 ms step while the plan kept about one node per request, docs/results/serving).
+than the drafting took; prompt-lookup trees, which call no head, still draft. (At 16 requests
+on a 2-core CPU, drafting took 8-11 ms of a 150-220 ms step while about one draft node per
+request was verified: docs/results/serving/step_profile.)
 """
 
 from __future__ import annotations
@@ -134,8 +135,9 @@ class _Drafting:
 
 
 class DraftGate:
-    """Whether a step drafts at all: the budget cuts trees only after the heads drafted them, so
-    where what it keeps is worth less than the drafting took, drafting is skipped.
+    """Whether a step runs the heads: the budget cuts trees only after the heads drafted them, so
+    where what it keeps is worth less than the drafting took, the heads are skipped (the proposer
+    still drafts prompt-lookup trees, which need no head).
 
     Per batch size it averages, over the steps that drafted, the plan's expected gain (tokens),
     its extra seconds and the drafting's own seconds; a step of `batch` requests drafts when
@@ -149,7 +151,7 @@ class DraftGate:
         self._by_batch: dict[int, _Drafting] = {}
 
     def drafts(self, batch: int, cost: StepCostModel) -> bool:
-        """Whether a step of `batch` requests drafts (a skip is counted toward exploring)."""
+        """Whether a step of `batch` requests runs the heads (a skip is counted toward exploring)."""
         known = self._by_batch.get(batch)
         if known is None:
             return True

@@ -65,7 +65,7 @@ def _counter_family(prometheus: Any) -> dict[str, Any]:
         "lookup_accepted": Counter("entmtp_lookup_accepted", "Prompt-lookup draft tokens accepted"),
         "budget_cut_nodes": Counter("entmtp_budget_cut_nodes", "Drafted nodes the step budget did not keep"),
         "budget_empty": Counter("entmtp_budget_empty", "Request steps the step budget gave no draft"),
-        "gate_skips": Counter("entmtp_gate_skips", "Engine steps that skipped drafting because it did not pay at their batch size"),
+        "gate_skips": Counter("entmtp_gate_skips", "Engine steps that called no head because the heads' drafts did not pay at their batch size"),
         "prefix_gaps": Counter("entmtp_prefix_gaps", "Steps whose accepted positions did not follow a request's prefix-layer cache"),
         "step_seconds": Counter("entmtp_step_seconds", "Wall seconds of the engine steps (forward, verification, drafting)"),
         "steps_timed": Counter("entmtp_steps", "Engine steps timed in entmtp_step_seconds"),

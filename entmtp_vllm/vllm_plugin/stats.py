@@ -45,8 +45,8 @@ class ProposerStats:
     budget_empty: int = 0
     """Request steps the step budget gave no draft at all."""
     gate_skips: int = 0
-    """Engine steps that drafted nothing because drafting did not pay at their batch size
-    (`step_budget.DraftGate`; no head call)."""
+    """Engine steps that called no head because the heads' drafts did not pay at their batch size
+    (`step_budget.DraftGate`; prompt-lookup trees still drafted)."""
     prefix_gaps: int = 0
     """Steps whose accepted positions did not follow a request's prefix-layer cache (heads with a
     prefix layer): positions decoded by vLLM's sampler alone, or a misplaced position."""

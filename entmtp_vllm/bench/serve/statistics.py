@@ -83,6 +83,7 @@ def summarize_level(
         if r.error and r.error not in errors and len(errors) < MAX_ERROR_MESSAGES:
             errors.append(r.error)
     tokens = sum(r.output_tokens for r in done)
+    drained = tokens / wall_s if wall_s > 0 else 0.0  # every token over the wall time, drain included
     from_usage = [r.tokens_from_usage for r in done]
     counted = "usage" if from_usage and all(from_usage) else "chunks" if not any(from_usage) else "mixed"
     itl = [gap for r in done for gap in r.itl_s]
@@ -94,8 +95,8 @@ def summarize_level(
         "errors": errors,
         "wall_s": wall_s,
         "output_tokens": tokens,
-        "output_tokens_per_s": window["output_tokens_per_s"] if window else tokens / wall_s if wall_s > 0 else 0.0,
-        "drained_tokens_per_s": tokens / wall_s if wall_s > 0 else 0.0,
+        "output_tokens_per_s": window["output_tokens_per_s"] if window else drained,
+        "drained_tokens_per_s": drained,
         "window": window,
         "requests_per_s": len(done) / wall_s if wall_s > 0 else 0.0,
         "tokens_counted_from": counted if done else None,
