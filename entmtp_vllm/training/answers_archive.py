@@ -12,6 +12,7 @@ generation run resumes after the restored records.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from pathlib import Path
 
@@ -27,7 +28,8 @@ def pack_answers(data: Path, archive: Path) -> int:
         raise EntMTPError(f"{data}: no generation settings beside it ({data.name}.meta.json): not a generated answers file")
     count = 0
     archive.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.open(archive, "wt") as out, data.open() as records:
+    # mtime=0: the same answers give the same bytes, so archiving again leaves git clean
+    with gzip.GzipFile(archive, "wb", mtime=0) as raw, io.TextIOWrapper(raw, encoding="utf-8") as out, data.open() as records:
         out.write(json.dumps({"settings": settings}) + "\n")
         for line in records:
             try:

@@ -61,6 +61,15 @@ def test_round_trip_gives_back_the_same_records(data: Path, tmp_path: Path, mode
     assert restore_answers(archive, restored, model, PROMPTS, log=lambda m: None) == 0  # nothing twice
 
 
+def test_archiving_the_same_answers_again_gives_the_same_bytes(data: Path, tmp_path: Path, monkeypatch) -> None:
+    archive = tmp_path / "answers.jsonl.gz"
+    pack_answers(data, archive)
+    first = archive.read_bytes()
+    monkeypatch.setattr(gzip.time, "time", lambda: 2e9)  # a later run: gzip's header would carry its time
+    pack_answers(data, archive)
+    assert archive.read_bytes() == first  # a committed archive stays unchanged in git
+
+
 def test_restore_refuses_what_it_cannot_rebuild(data: Path, tmp_path: Path, model: str) -> None:
     archive = tmp_path / "answers.jsonl.gz"
     pack_answers(data, archive)
