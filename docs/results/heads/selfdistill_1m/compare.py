@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 TASKS = ("mt_bench", "gsm8k", "humaneval", "sharegpt")
-HEADS = {"heads_smollm2-135m-hydra": "shipped Hydra", "hydra_heads": "Hydra (1M)", "hydrapp_heads": "Hydra++ (1M)"}
+HEADS = {"heads_smollm2-135m-hydra": "shipped Hydra", "hydra4_heads": "Hydra, 4 layers (1M)", "hydrapp_heads": "Hydra++, 4 layers (1M)"}
 SHIPPED = "heads_smollm2-135m-hydra"
 TARGET_TAU = 2.4  # issue #21: engine τ with mc_sim_7b_63 on MT-bench, and averaged over the four tasks
 

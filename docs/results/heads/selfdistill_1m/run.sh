@@ -24,16 +24,20 @@ for stage in $STAGES; do
   cache)  # the base model (transformers, float32) over prompt + answer: hidden states and top-32
     .venv/bin/entmtp train-heads --data "$RUN/answers.jsonl" --cache "$RUN/cache" --cache-dtype float32 --threads 2 \
       --stop-after cache 2>&1 | grep -v Loading | tee -a "$HERE/cache.log" ;;
-  train)  # both kinds side by side, one thread each, same data and steps
-    for kind in hydrapp hydra; do
+  train)  # both kinds side by side, one thread each, same data and steps. Hydra++ is the published
+          # recipe (zankner/Hydra: --hydra_num_layers 4, prefix-mlp, teacher loss): the prefix layer and
+          # 4 MLP layers per head; its control `hydra4` has the same 4 layers and no prefix layer, so
+          # the pair measures the prefix layer alone. (Session 21 trained Hydra++ with 1 layer against
+          # 1-layer plain heads, train_hydra{,pp}_1layer_s21.log, up to steps 5400 / 3800: the layers' reference.)
+    for kind in hydrapp hydra4; do
       extra=$([ $kind = hydrapp ] && echo --prefix-layer || true)
-      .venv/bin/entmtp train-heads --kind hydra $extra --data "$RUN/answers.jsonl" --cache "$RUN/cache" --no-cache-update \
+      .venv/bin/entmtp train-heads --kind hydra --num-layers 4 $extra --data "$RUN/answers.jsonl" --cache "$RUN/cache" --no-cache-update \
         --steps "$STEPS" --threads 1 --work-dir "$RUN/$kind" --out "$RUN/$kind/heads" --resume \
         >> "$HERE/train_$kind.log" 2>&1 &  # appended: a resumed run continues the log
     done
     wait ;;
   eval)   # held-out top-1/top-5 (in the train logs) and τ per position and replayed over whole answers
-    for kind in hydrapp hydra; do
+    for kind in hydrapp hydra4; do
       $PY -m entmtp_vllm.training.evaluate_heads "$RUN/$kind/heads" --cache "$RUN/cache" --positions 2000 \
         --records 60 --json "$HERE/eval_$kind.json" 2>&1 | grep -v Loading | tee "$HERE/eval_$kind.log"
     done ;;
@@ -41,7 +45,7 @@ for stage in $STAGES; do
           # tree and each task's bank, for the shipped heads and both new kinds
     TREES=../shared/data/trees/medusa_hydra_trees.json
     for task in mt_bench gsm8k humaneval sharegpt; do
-      for heads in entmtp_vllm/assets/heads/smollm2-135m-hydra "$RUN/hydra/heads" "$RUN/hydrapp/heads"; do
+      for heads in entmtp_vllm/assets/heads/smollm2-135m-hydra "$RUN/hydra4/heads" "$RUN/hydrapp/heads"; do
         name=$(basename "$(dirname "$heads")")_$(basename "$heads")
         .venv/bin/entmtp bench offline --dataset $task --split test -n 10 --max-tokens 128 --dtype float32 \
           --methods "tree:$TREES#mc_sim_7b_63,bank:entmtp_vllm/assets/banks/smollm2-135m-$task.json" \
