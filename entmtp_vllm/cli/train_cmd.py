@@ -67,6 +67,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ckpt-interval", type=int, default=200)
     p.add_argument("--reload-interval", type=int, default=None, help="pick up new cache shards every N steps")
     p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS", help="stop and save after this wall time")
+    p.add_argument("--export", choices=["last", "best"], default="last",
+                   help="heads written to --out: the last step's, or those of the evaluation with the best mean held-out "
+                   "top-1 (kept in WORK_DIR/best.pt during training) (default: %(default)s)")
     p.add_argument("--threads", type=int, default=2, help="torch threads; 0 = adapt to the machine load (default: 2)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run)
@@ -128,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, teacher=args.teacher,
         softmax_vocab=args.softmax_vocab or None, draft_vocab=args.draft_vocab or None, eval_interval=args.eval_interval, ckpt_interval=args.ckpt_interval,
         reload_interval=args.reload_interval, time_budget_s=args.time_budget, threads=args.threads, seed=args.seed,
-        resume=args.resume,
+        resume=args.resume, export=args.export,
     )
     result = train_heads(cfg, base, log=lambda m: print(m, flush=True))
     print(f"heads written to {args.out}: held-out top-1 {result['val']['top1']}, top-5 {result['val']['top5']}")

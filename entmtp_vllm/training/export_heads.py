@@ -46,6 +46,9 @@ def export_heads(heads: DraftHeads, cfg: TrainConfig, base: BaseTensors, result:
         "steps": result["steps"], "batch_size": cfg.batch_size, "lr": cfg.lr, "teacher": cfg.teacher,
         "wall_time_s": result["wall_time_s"], "val_top1": result["val"]["top1"], "val_top5": result["val"]["top5"],
     }
+    exported = result.get("exported") or {"heads": "last", "step": result["steps"]}
+    if exported["heads"] == "best":
+        training["exported_step"] = exported["step"]
     save_heads(heads, out, {"base_model": base.model_name, "training": training})
     draft_vocab = _export_draft_vocab(cfg, out, answer_tokens, heads.vocab_size)
     v = result["val"]
@@ -54,6 +57,8 @@ def export_heads(heads: DraftHeads, cfg: TrainConfig, base: BaseTensors, result:
     if cfg.time_budget_s:
         budget = (f"; the schedule followed a {cfg.time_budget_s / 60:.0f}-minute time budget"
                   + (f" (stopped at step {result['steps']} of {result['planned_steps']} planned)" if result["stopped_early"] else ""))
+    best = (f"; these are the heads of step {exported['step']}, the evaluation with the best mean held-out top-1"
+            if exported["heads"] == "best" else "")
     vocab = (f"the {cfg.softmax_vocab} most frequent teacher candidates plus every teacher candidate of the batch"
              if cfg.softmax_vocab and cfg.teacher != "full" else "the full vocabulary")
     grew = ""
@@ -83,7 +88,7 @@ Teacher: transformers {teacher_dtype} over prompt + answer; hidden states cached
 - objective: {cfg.teacher} teacher distillation (head d at position t learns softmax(lm_head(h_{{t+d}})), the base
   model's distribution of x_{{t+d+1}}; {'soft cross-entropy against the renormalised top-32' if cfg.teacher == 'topk' else cfg.teacher})
 - {result['steps']} steps × {cfg.batch_size} positions (≈ {result['steps'] * cfg.batch_size / max(1, result['data']['train_answer_tokens']):.2f} epochs),
-  AdamW lr {cfg.lr}, warmup {cfg.warmup}, cosine to {cfg.min_lr_ratio}×, grad clip {cfg.grad_clip}{budget}
+  AdamW lr {cfg.lr}, warmup {cfg.warmup}, cosine to {cfg.min_lr_ratio}×, grad clip {cfg.grad_clip}{budget}{best}
 - student softmax during training: {vocab}; evaluation ranks the full vocabulary
 - wall time: {result['wall_time_s'] / 60:.1f} min on 2 shared CPU cores
 - draft vocabulary: {draft_vocab}

@@ -12,8 +12,9 @@ Every `ckpt_interval` steps a training checkpoint (heads, optimizer, step, RNG)
 goes to `work_dir/checkpoints/`; `resume=True` continues from the latest one.
 Every `eval_interval` steps a line with the loss and the held-out per-head
 top-1/top-5 agreement with the teacher's argmax is appended to
-`work_dir/train_log.jsonl`. At the end `export_heads` writes the heads, their draft
-vocabulary and a MODEL_CARD.md to `out`.
+`work_dir/train_log.jsonl`; the heads of the evaluation with the best mean top-1 so far are
+kept in `work_dir/best.pt`. At the end `export_heads` writes the heads (the last ones, or with
+`export="best"` those of `best.pt`), their draft vocabulary and a MODEL_CARD.md to `out`.
 """
 
 from __future__ import annotations
@@ -99,6 +100,9 @@ class TrainConfig(BaseModel):
     time_budget_s: float | None = None
     """Stop (and save) once the run's wall time (resumed runs included) reaches this; the
     learning-rate schedule is stretched to end there too."""
+    export: Literal["last", "best"] = "last"
+    """Which heads go to `out`: the last step's, or those of the evaluation with the best mean
+    held-out top-1 (`work_dir/best.pt`; a long run that starts to overfit keeps its best)."""
 
 
 class BaseTensors:
@@ -293,7 +297,7 @@ def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
     heads = build_heads_for(cfg, base)
     params = [p for p in heads.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    step, elapsed_before, history = 0, 0.0, []
+    step, elapsed_before, history, best = 0, 0.0, [], None
     if cfg.resume:
         latest = _latest_checkpoint(work)
         if latest is not None:
@@ -302,6 +306,7 @@ def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
             opt.load_state_dict(state["opt"])
             step = state["step"]
             elapsed_before = state.get("elapsed", 0.0)
+            best = state.get("best")
             torch.set_rng_state(state["rng"])
             log(f"resumed from {latest} at step {step}")
         else:
@@ -325,8 +330,8 @@ def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
     def save_checkpoint() -> None:
         path = work / "checkpoints" / f"step_{step:07d}.pt"
         torch.save({"heads": heads.state_dict(), "opt": opt.state_dict(), "step": step, "rng": torch.get_rng_state(),
-                    "elapsed": elapsed_before + time.perf_counter() - started, "config": cfg.model_dump(mode="json")},
-                   path.with_suffix(".tmp"))
+                    "elapsed": elapsed_before + time.perf_counter() - started, "config": cfg.model_dump(mode="json"),
+                    "best": best}, path.with_suffix(".tmp"))
         path.with_suffix(".tmp").rename(path)
         for old in sorted((work / "checkpoints").glob("step_*.pt"))[: -cfg.keep_checkpoints]:
             old.unlink()
@@ -387,6 +392,11 @@ def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
                 handle.write(json.dumps(record) + "\n")
             _set_threads(cfg.threads)
             log(f"step {step}/{total} loss {running:.3f} val top1 {last_eval['top1']} top5 {last_eval['top5']}")
+            mean_top1 = sum(last_eval["top1"]) / len(last_eval["top1"])
+            if best is None or mean_top1 > best["mean_top1"]:
+                best = {"step": step, "mean_top1": mean_top1, "val": last_eval}
+                torch.save({"heads": heads.state_dict(), "best": best}, work / "best.tmp")
+                (work / "best.tmp").rename(work / "best.pt")
         if step % cfg.ckpt_interval == 0:
             save_checkpoint()
         if cfg.reload_interval and step % cfg.reload_interval == 0 and step < total:
@@ -409,8 +419,14 @@ def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
     if last_eval is None or (history and history[-1]["step"] != step):
         last_eval = evaluate(heads, val, base, val_rows)
     wall = elapsed_before + time.perf_counter() - started
+    exported = {"heads": "last", "step": step}
+    if cfg.export == "best" and best is not None and best["step"] != step:
+        heads.load_state_dict(torch.load(work / "best.pt", map_location="cpu", weights_only=False)["heads"])
+        last_eval, exported = best["val"], {"heads": "best", "step": best["step"]}
+        log(f"exporting the heads of step {best['step']} (best mean held-out top-1 {best['mean_top1']:.4f})")
     result = {
-        "kind": cfg.kind, "steps": step, "planned_steps": total, "stopped_early": stopped_early,
+        "kind": cfg.kind, "steps": step, "planned_steps": total, "stopped_early": stopped_early, "exported": exported,
+        "best": None if best is None else {"step": best["step"], "mean_top1": round(best["mean_top1"], 4)},
         "batch_size": cfg.batch_size, "wall_time_s": round(wall, 1), "val": last_eval,
         "data": {"train_records": train.num_records, "train_answer_tokens": train.rows,
                  "initial_train_records": initial_records, "initial_train_answer_tokens": initial_rows,

@@ -202,6 +202,28 @@ def test_resume_continues_the_step_count(tiny_model: Path, cache: Path, tmp_path
     assert "Held-out accuracy" in card and "answer tokens" in card
 
 
+def test_the_best_evaluation_is_kept_and_can_be_exported(tiny_model: Path, cache: Path, tmp_path: Path) -> None:
+    """`best.pt` holds the heads of the evaluation with the best mean held-out top-1, survives a
+    resume, and `export="best"` writes those heads (and their accuracy) instead of the last."""
+    import torch
+
+    base = base_tensors(tiny_model)
+    train_heads(config(cache, tmp_path, steps=10), base, log=lambda m: None)
+    result = train_heads(config(cache, tmp_path, steps=20, lr=5.0, resume=True, export="best", out=tmp_path / "heads"),
+                         base, log=lambda m: None)  # a learning rate that wrecks the heads after step 10
+    log = [json.loads(l) for l in (tmp_path / "train_log.jsonl").read_text().splitlines()]
+    means = {r["step"]: sum(r["val"]["top1"]) / len(r["val"]["top1"]) for r in log}
+    best_step = max(means, key=lambda s: (means[s], -s))  # the first of equal bests
+    assert result["best"]["step"] == best_step
+    kept = torch.load(tmp_path / "best.pt", weights_only=False)
+    assert kept["best"]["step"] == best_step
+    assert best_step < 20 and result["exported"] == {"heads": "best", "step": best_step}
+    heads = load_heads(tmp_path / "heads", {"hidden_size": HIDDEN, "vocab_size": VOCAB})
+    for name, value in heads.state_dict().items():  # stored as float16
+        assert torch.equal(value.float(), kept["heads"][name].half().float()), name
+    assert heads.meta["training"]["val_top1"] == kept["best"]["val"]["top1"]
+
+
 def test_time_budget_stops_and_saves(tiny_model: Path, cache: Path, tmp_path: Path) -> None:
     result = train_heads(config(cache, tmp_path, steps=10_000, time_budget_s=1e-6), base_tensors(tiny_model), log=lambda m: None)
     assert result["stopped_early"] and result["steps"] < 10_000

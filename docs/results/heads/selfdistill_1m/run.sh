@@ -32,7 +32,7 @@ for stage in $STAGES; do
     for kind in hydrapp hydra4; do
       extra=$([ $kind = hydrapp ] && echo --prefix-layer || true)
       .venv/bin/entmtp train-heads --kind hydra --num-layers 4 $extra --data "$RUN/answers.jsonl" --cache "$RUN/cache" --no-cache-update \
-        --steps "$STEPS" --threads 1 --work-dir "$RUN/$kind" --out "$RUN/$kind/heads" --resume \
+        --steps "$STEPS" --threads 1 --work-dir "$RUN/$kind" --out "$RUN/$kind/heads" --resume --export best \
         >> "$HERE/train_$kind.log" 2>&1 &  # appended: a resumed run continues the log
     done
     wait ;;
