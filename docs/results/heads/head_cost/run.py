@@ -11,13 +11,20 @@ and, as the yardstick, one base-model decode step of the same prompt (one token 
 cache). It prints and writes medians in ms and as a fraction of the decode step.
 
     .venv/bin/python docs/results/heads/head_cost/run.py --heads A B ... --out docs/results/heads/head_cost
+
+`--shape NAME=SPEC` adds untrained heads of a shape (SPEC: `layers=N` and optionally `prefix`, the
+prefix layer `train-heads --prefix-layer` trains: a 64-position window over the answer) with the
+shipped heads' draft vocabulary: the cost depends on the shape only, so this times heads that
+are not trained yet.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,9 +43,34 @@ def _ms(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
+def shape_folder(spec: str, folder: Path) -> Path:
+    """Untrained Hydra heads of the shape `spec` ("layers=4,prefix"), with the shipped heads'
+    count and draft vocabulary, saved in `folder`."""
+    from entmtp_vllm.heads import PrefixLayerConfig, make_heads
+    from entmtp_vllm.heads.checkpoint import default_heads_path, load_base_embeddings, save_heads
+    from entmtp_vllm.heads.draft_vocab import FILE_NAME
+    from entmtp_vllm.model_store import resolve_model
+
+    parts = dict(p.split("=", 1) if "=" in p else (p, "1") for p in spec.split(","))
+    if set(parts) - {"layers", "prefix"}:
+        raise SystemExit(f"--shape {spec!r}: use layers=N and optionally prefix, e.g. layers=4,prefix")
+    embed, _, config = load_base_embeddings(resolve_model(None))
+    shipped_folder = default_heads_path("hydra")
+    shipped = json.loads((shipped_folder / "heads.json").read_text())
+    prefix = None
+    if "prefix" in parts:
+        prefix = PrefixLayerConfig.from_base_config(config).model_copy(update={"window": 64, "context": "answer"})
+    heads = make_heads("hydra", embed.shape[1], embed.shape[0], num_heads=shipped["num_heads"],
+                       num_layers=int(parts.get("layers", 1)), prefix_layer=prefix)
+    save_heads(heads, folder, {"base_model": shipped["base_model"]})
+    shutil.copy(shipped_folder / FILE_NAME, folder / FILE_NAME)
+    return folder
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--heads", nargs="+", required=True, help="heads folders (name=FOLDER or FOLDER)")
+    parser.add_argument("--heads", nargs="*", default=[], help="heads folders (name=FOLDER or FOLDER)")
+    parser.add_argument("--shape", nargs="*", default=[], help="untrained heads of a shape: NAME=SPEC, SPEC e.g. layers=4,prefix")
     parser.add_argument("-n", "--num-prompts", type=int, default=4, help="MT-bench test prompts (default: 4)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds, the folders taking turns (default: 5)")
     parser.add_argument("--repeat", type=int, default=5, help="calls timed per measurement (default: 5)")
@@ -53,6 +85,12 @@ def main() -> None:
 
     model, tokenizer = load_target(None, "float32")
     named = [h.split("=", 1) if "=" in h else (Path(h).parent.name + "/" + Path(h).name, h) for h in args.heads]
+    scratch = Path(tempfile.mkdtemp(prefix="head_shapes_"))
+    for i, item in enumerate(args.shape):
+        name, spec = item.split("=", 1) if item.count("=") > 1 else ("shape " + item, item)
+        named.append((f"{name} (untrained, {spec})", str(shape_folder(spec, scratch / str(i)))))
+    if not named:
+        parser.error("give --heads or --shape")
     drafters = {name: load_drafter(folder, model) for name, folder in named}
     published, _ = resolve_trees(TREES, "mc_sim_7b_63", None)
     bank, _, _ = load_trees(bank=DEFAULT_BANK)
