@@ -134,5 +134,8 @@ def run(args: argparse.Namespace) -> int:
         resume=args.resume, export=args.export,
     )
     result = train_heads(cfg, base, log=lambda m: print(m, flush=True))
+    if result.get("interrupted"):
+        print(f"interrupted at step {result['steps']} of {result['planned_steps']}: nothing exported; --resume continues")
+        return 128 + 15  # a stopped job, as a shell reports SIGTERM
     print(f"heads written to {args.out}: held-out top-1 {result['val']['top1']}, top-5 {result['val']['top5']}")
     return 0

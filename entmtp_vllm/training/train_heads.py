@@ -9,7 +9,8 @@ token only (`teacher="hard"`). Student logits use the base model's frozen LM hea
 (or the heads' own).
 
 Every `ckpt_interval` steps a training checkpoint (heads, optimizer, step, RNG)
-goes to `work_dir/checkpoints/`; `resume=True` continues from the latest one.
+goes to `work_dir/checkpoints/`, and so does the step a SIGTERM stops at; `resume=True`
+continues from the latest one.
 Every `eval_interval` steps a line with the loss and the held-out per-head
 top-1/top-5 agreement with the teacher's argmax is appended to
 `work_dir/train_log.jsonl`; the heads of the evaluation with the best mean top-1 so far are
@@ -21,7 +22,9 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Literal
@@ -123,6 +126,26 @@ def _set_threads(threads: int) -> int:
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     return threads
+
+
+class _StopOnSigterm:
+    """While training, SIGTERM (a job being stopped) ends the run after the current step with a
+    checkpoint, instead of killing it up to `ckpt_interval` steps after the last one; the previous
+    handler comes back afterwards. Only in the main thread (where Python delivers signals)."""
+
+    def __enter__(self) -> "_StopOnSigterm":
+        self.signal: int | None = None
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._stop)
+        return self
+
+    def _stop(self, signum: int, frame) -> None:
+        self.signal = signum
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
 
 
 def _latest_checkpoint(work_dir: Path) -> Path | None:
@@ -344,78 +367,84 @@ def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
     running = None
     last_eval = None
     stopped_early = False
-    while step < total:
-        time_fraction = 0.0
-        if cfg.time_budget_s is not None:
-            time_fraction = (elapsed_before + time.perf_counter() - started) / cfg.time_budget_s
-            if time_fraction >= 1.0:
-                stopped_early = True
-                log(f"time budget reached at step {step}/{total}")
+    with _StopOnSigterm() as interrupt:
+        while step < total:
+            if interrupt.signal is not None:
+                log(f"stopped by signal {interrupt.signal} at step {step}/{total}: saving a checkpoint (--resume continues)")
                 break
-        for group in opt.param_groups:
-            group["lr"] = _lr_at(step, cfg, total, time_fraction)
-        n = max(1, cfg.batch_size // window)
-        pick = train_rows[torch.randint(train_rows.numel(), (n,))]
-        if window > 1:
-            # `window - 1` context rows (cut at the record's start), then `window` trained rows
-            rows = pick[:, None] + torch.arange(-(window - 1), window)
-            starts = record_start[pick][:, None]
-            ok = (rows >= starts) & (rows < train.record_end[pick][:, None])
-            rows = torch.minimum(torch.maximum(rows, starts), train.record_end[pick][:, None] - 1)
-            hidden, path, targets, valid = _gather_batch(train, rows, base, k)
-            hidden = _condition(heads, hidden, ok)
-            valid = valid & ok[..., None]
-            hidden, path, targets, valid = (t[:, window - 1 :] for t in (hidden, path, targets, valid))
-        else:
-            hidden, path, targets, valid = _gather_batch(train, pick, base, k)
-        losses = _head_losses(heads, cfg, train, base, hidden, path, targets, valid, frequent)
-        loss = sum(cfg.head_weight_decay ** i * l for i, l in enumerate(losses))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg.grad_clip:
-            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        opt.step()
-        step += 1
-        value = float(loss.detach())
-        running = value if running is None else 0.98 * running + 0.02 * value
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(loss=f"{running:.3f}", refresh=False)
-        if step % cfg.eval_interval == 0 or step == total:
-            last_eval = evaluate(heads, val, base, val_rows)
-            record = {"step": step, "loss": round(value, 4), "loss_ema": round(running, 4),
-                      "head_loss": [round(float(l.detach()), 4) for l in losses], "lr": opt.param_groups[0]["lr"],
-                      "elapsed_s": round(elapsed_before + time.perf_counter() - started, 1), "val": last_eval}
-            record["threads"] = torch.get_num_threads()
-            history.append(record)
-            with log_path.open("a") as handle:
-                handle.write(json.dumps(record) + "\n")
-            _set_threads(cfg.threads)
-            log(f"step {step}/{total} loss {running:.3f} val top1 {last_eval['top1']} top5 {last_eval['top5']}")
-            mean_top1 = sum(last_eval["top1"]) / len(last_eval["top1"])
-            if best is None or mean_top1 > best["mean_top1"]:
-                best = {"step": step, "mean_top1": mean_top1, "val": last_eval}
-                torch.save({"heads": heads.state_dict(), "best": best}, work / "best.tmp")
-                (work / "best.tmp").rename(work / "best.pt")
-        if step % cfg.ckpt_interval == 0:
-            save_checkpoint()
-        if cfg.reload_interval and step % cfg.reload_interval == 0 and step < total:
-            shards = len(read_manifest(cfg.cache)["shards"])
-            if shards != known_shards:
-                known_shards = shards
-                train = load_cache_split(cfg.cache, "train")
-                record_start = _record_start(train) if heads.prefix is not None else None
-                train_rows = torch.nonzero(torch.arange(train.rows) + 1 < train.record_end).flatten()
-                if cfg.max_train_rows is not None:
-                    train_rows = train_rows[: cfg.max_train_rows]
-                val = load_cache_split(cfg.cache, "val")
-                val_rows_all = torch.nonzero(torch.arange(val.rows) + 1 < val.record_end).flatten()
-                gen = torch.Generator().manual_seed(1234)
-                val_rows = val_rows_all[torch.randperm(val_rows_all.numel(), generator=gen)[: cfg.eval_positions]].sort().values
-                log(f"step {step}: cache grew to {train.num_records} training records / {train_rows.numel()} positions")
+            time_fraction = 0.0
+            if cfg.time_budget_s is not None:
+                time_fraction = (elapsed_before + time.perf_counter() - started) / cfg.time_budget_s
+                if time_fraction >= 1.0:
+                    stopped_early = True
+                    log(f"time budget reached at step {step}/{total}")
+                    break
+            for group in opt.param_groups:
+                group["lr"] = _lr_at(step, cfg, total, time_fraction)
+            n = max(1, cfg.batch_size // window)
+            pick = train_rows[torch.randint(train_rows.numel(), (n,))]
+            if window > 1:
+                # `window - 1` context rows (cut at the record's start), then `window` trained rows
+                rows = pick[:, None] + torch.arange(-(window - 1), window)
+                starts = record_start[pick][:, None]
+                ok = (rows >= starts) & (rows < train.record_end[pick][:, None])
+                rows = torch.minimum(torch.maximum(rows, starts), train.record_end[pick][:, None] - 1)
+                hidden, path, targets, valid = _gather_batch(train, rows, base, k)
+                hidden = _condition(heads, hidden, ok)
+                valid = valid & ok[..., None]
+                hidden, path, targets, valid = (t[:, window - 1 :] for t in (hidden, path, targets, valid))
+            else:
+                hidden, path, targets, valid = _gather_batch(train, pick, base, k)
+            losses = _head_losses(heads, cfg, train, base, hidden, path, targets, valid, frequent)
+            loss = sum(cfg.head_weight_decay ** i * l for i, l in enumerate(losses))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip:
+                torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            opt.step()
+            step += 1
+            value = float(loss.detach())
+            running = value if running is None else 0.98 * running + 0.02 * value
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{running:.3f}", refresh=False)
+            if step % cfg.eval_interval == 0 or step == total:
+                last_eval = evaluate(heads, val, base, val_rows)
+                record = {"step": step, "loss": round(value, 4), "loss_ema": round(running, 4),
+                          "head_loss": [round(float(l.detach()), 4) for l in losses], "lr": opt.param_groups[0]["lr"],
+                          "elapsed_s": round(elapsed_before + time.perf_counter() - started, 1), "val": last_eval}
+                record["threads"] = torch.get_num_threads()
+                history.append(record)
+                with log_path.open("a") as handle:
+                    handle.write(json.dumps(record) + "\n")
+                _set_threads(cfg.threads)
+                log(f"step {step}/{total} loss {running:.3f} val top1 {last_eval['top1']} top5 {last_eval['top5']}")
+                mean_top1 = sum(last_eval["top1"]) / len(last_eval["top1"])
+                if best is None or mean_top1 > best["mean_top1"]:
+                    best = {"step": step, "mean_top1": mean_top1, "val": last_eval}
+                    torch.save({"heads": heads.state_dict(), "best": best}, work / "best.tmp")
+                    (work / "best.tmp").rename(work / "best.pt")
+            if step % cfg.ckpt_interval == 0:
+                save_checkpoint()
+            if cfg.reload_interval and step % cfg.reload_interval == 0 and step < total:
+                shards = len(read_manifest(cfg.cache)["shards"])
+                if shards != known_shards:
+                    known_shards = shards
+                    train = load_cache_split(cfg.cache, "train")
+                    record_start = _record_start(train) if heads.prefix is not None else None
+                    train_rows = torch.nonzero(torch.arange(train.rows) + 1 < train.record_end).flatten()
+                    if cfg.max_train_rows is not None:
+                        train_rows = train_rows[: cfg.max_train_rows]
+                    val = load_cache_split(cfg.cache, "val")
+                    val_rows_all = torch.nonzero(torch.arange(val.rows) + 1 < val.record_end).flatten()
+                    gen = torch.Generator().manual_seed(1234)
+                    val_rows = val_rows_all[torch.randperm(val_rows_all.numel(), generator=gen)[: cfg.eval_positions]].sort().values
+                    log(f"step {step}: cache grew to {train.num_records} training records / {train_rows.numel()} positions")
     if bar is not None:
         bar.close()
     save_checkpoint()
+    if interrupt.signal is not None:  # an unfinished run: no export, the checkpoint resumes it
+        return {"kind": cfg.kind, "steps": step, "planned_steps": total, "interrupted": True}
     if last_eval is None or (history and history[-1]["step"] != step):
         last_eval = evaluate(heads, val, base, val_rows)
     wall = elapsed_before + time.perf_counter() - started

@@ -224,6 +224,31 @@ def test_the_best_evaluation_is_kept_and_can_be_exported(tiny_model: Path, cache
     assert heads.meta["training"]["val_top1"] == kept["best"]["val"]["top1"]
 
 
+def test_sigterm_stops_after_the_step_with_a_checkpoint(tiny_model: Path, cache: Path, tmp_path: Path) -> None:
+    """A SIGTERM during training ends the run after the current step, checkpointed there (not at
+    the last `ckpt_interval` step), exports nothing, and puts the previous handler back."""
+    import os
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    messages: list[str] = []
+
+    def log(message: str) -> None:
+        messages.append(message)
+        if message.startswith("step 5/"):  # the first evaluation: a job is stopped from outside
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    result = train_heads(config(cache, tmp_path, steps=30, ckpt_interval=100, out=tmp_path / "heads"),
+                         base_tensors(tiny_model), log=log)
+    assert result == {"kind": "hydra", "steps": 5, "planned_steps": 30, "interrupted": True}
+    assert [p.name for p in (tmp_path / "checkpoints").glob("*.pt")] == ["step_0000005.pt"]
+    assert not (tmp_path / "heads").exists()
+    assert any("stopped by signal 15 at step 5/30" in m for m in messages)
+    assert signal.getsignal(signal.SIGTERM) is before
+    resumed = train_heads(config(cache, tmp_path, steps=10, resume=True), base_tensors(tiny_model), log=lambda m: None)
+    assert resumed["steps"] == 10
+
+
 def test_time_budget_stops_and_saves(tiny_model: Path, cache: Path, tmp_path: Path) -> None:
     result = train_heads(config(cache, tmp_path, steps=10_000, time_budget_s=1e-6), base_tensors(tiny_model), log=lambda m: None)
     assert result["stopped_early"] and result["steps"] < 10_000
