@@ -55,14 +55,13 @@ def write_report(curves: dict[str, dict[int, list[float]]]) -> str:
         last = max(c)
         best = max(c, key=lambda s: (sum(c[s]), -s))
         lines.append(f"| {label} | {last} | {_fmt(c[last])} | {best} | {_fmt(c[best])} |")
-    shared = sorted(set.intersection(*(set(c) for c in present.values())))
-    marks = [s for s in shared if s % 1000 == 0 or s == shared[-1]] if shared else []
-    lines += ["", "## At equal steps (every 1000 steps all runs reached, and the last one)", ""]
-    if marks:
-        lines += ["| step | " + " | ".join(present) + " |", "|---:|" + "---|" * len(present)]
-        lines += [f"| {s} | " + " | ".join(_fmt(c[s]) for c in present.values()) + " |" for s in marks]
-    else:
-        lines.append("The runs share no evaluated step yet.")
+    live = [max(c) for label, c in present.items() if RUNS[label][0] is not None] or [max(map(max, present.values()))]
+    limit = max(live)  # the runs under way set how far the table goes
+    stride = 200 if limit <= 2000 else 1000
+    marks = sorted({s for c in present.values() for s in c if s <= limit and (s % stride == 0 or s in live)})
+    lines += ["", f"## At equal steps (every {stride} steps up to the furthest run under way; – not reached)", "",
+              "| step | " + " | ".join(present) + " |", "|---:|" + "---|" * len(present)]
+    lines += [f"| {s} | " + " | ".join(_fmt(c[s]) if s in c else "–" for c in present.values()) + " |" for s in marks]
     return "\n".join(lines + [""])
 
 
