@@ -270,6 +270,29 @@ def test_cli_train_heads_end_to_end(tiny_model: Path, cache: Path, tmp_path: Pat
     assert main(argv[:-4] + ["--work-dir", str(tmp_path / "work"), "--out", str(tmp_path / "heads"), "--resume", "--no-cache-update"]) == 0
 
 
+def test_cli_reports_a_stopped_run(tiny_model: Path, cache: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    """SIGTERM during `entmtp train-heads`: exit status 143, a line saying where it stopped."""
+    import os
+    import signal
+
+    from entmtp_vllm.cli.main import main
+    from entmtp_vllm.training import train_heads as module
+
+    evaluate = module.evaluate
+
+    def stopped_from_outside(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # the first evaluation runs inside the training loop
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(module, "evaluate", stopped_from_outside)
+    argv = ["train-heads", "--model", str(tiny_model), "--data", str(cache.parent / "answers.jsonl"), "--cache", str(cache),
+            "--no-cache-update", "--num-heads", "2", "--steps", "50", "--batch-size", "32", "--eval-interval", "2",
+            "--threads", "1", "--work-dir", str(tmp_path / "work"), "--out", str(tmp_path / "heads")]
+    assert main(argv) == 143
+    assert "interrupted at step 2 of 50: nothing exported; --resume continues" in capsys.readouterr().out
+    assert not (tmp_path / "heads").exists()
+
+
 def test_cli_user_errors(tmp_path: Path, capsys) -> None:
     from entmtp_vllm.cli.main import main
 
