@@ -46,7 +46,7 @@ def export_heads(heads: DraftHeads, cfg: TrainConfig, base: BaseTensors, result:
         "steps": result["steps"], "batch_size": cfg.batch_size, "lr": cfg.lr, "teacher": cfg.teacher,
         "wall_time_s": result["wall_time_s"], "val_top1": result["val"]["top1"], "val_top5": result["val"]["top5"],
     }
-    exported = result.get("exported") or {"heads": "last", "step": result["steps"]}
+    exported = result["exported"]
     if exported["heads"] == "best":
         training["exported_step"] = exported["step"]
     save_heads(heads, out, {"base_model": base.model_name, "training": training})

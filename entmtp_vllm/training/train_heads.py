@@ -170,6 +170,25 @@ def _record_start(split: CacheSplit) -> torch.Tensor:
     return torch.cummax(starts, 0).values
 
 
+def _usable_rows(split: CacheSplit) -> torch.Tensor:
+    """Positions with at least head 1's target inside their record."""
+    return torch.nonzero(torch.arange(split.rows) + 1 < split.record_end).flatten()
+
+
+def _train_rows(train: CacheSplit, cfg: TrainConfig) -> torch.Tensor:
+    """The positions training samples from (at most `max_train_rows`)."""
+    rows = _usable_rows(train)
+    return rows if cfg.max_train_rows is None else rows[: cfg.max_train_rows]
+
+
+def _eval_rows(val: CacheSplit, cfg: TrainConfig) -> torch.Tensor:
+    """The held-out positions every evaluation uses: `eval_positions` of them, drawn with a
+    fixed seed, sorted."""
+    rows = _usable_rows(val)
+    gen = torch.Generator().manual_seed(1234)
+    return rows[torch.randperm(rows.numel(), generator=gen)[: cfg.eval_positions]].sort().values
+
+
 def _gather_batch(split: CacheSplit, rows: torch.Tensor, base: BaseTensors, num_heads: int):
     """Inputs and targets for positions `rows` (long [...]): hidden [..., H], path embeddings
     [..., K, H], target rows [..., K] and their validity [..., K]."""
@@ -307,15 +326,9 @@ def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
     if manifest["hidden_size"] != base.embed.shape[1] or manifest["vocab_size"] != base.embed.shape[0]:
         raise EntMTPError(f"teacher cache {cfg.cache} was built for another model ({manifest['model']})")
     k = cfg.num_heads
-    # Positions with at least head 1's target inside the record.
-    train_rows = torch.nonzero(torch.arange(train.rows) + 1 < train.record_end).flatten()
-    if cfg.max_train_rows is not None:
-        train_rows = train_rows[: cfg.max_train_rows]
+    train_rows, val_rows = _train_rows(train, cfg), _eval_rows(val, cfg)
     if train_rows.numel() == 0:
         raise EntMTPError(f"teacher cache {cfg.cache} has no usable training positions")
-    val_rows_all = torch.nonzero(torch.arange(val.rows) + 1 < val.record_end).flatten()
-    gen = torch.Generator().manual_seed(1234)
-    val_rows = val_rows_all[torch.randperm(val_rows_all.numel(), generator=gen)[: cfg.eval_positions]].sort().values
     total = cfg.steps or max(1, int(cfg.epochs * train_rows.numel() / cfg.batch_size))
     heads = build_heads_for(cfg, base)
     params = [p for p in heads.parameters() if p.requires_grad]
@@ -432,13 +445,8 @@ def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
                     known_shards = shards
                     train = load_cache_split(cfg.cache, "train")
                     record_start = _record_start(train) if heads.prefix is not None else None
-                    train_rows = torch.nonzero(torch.arange(train.rows) + 1 < train.record_end).flatten()
-                    if cfg.max_train_rows is not None:
-                        train_rows = train_rows[: cfg.max_train_rows]
                     val = load_cache_split(cfg.cache, "val")
-                    val_rows_all = torch.nonzero(torch.arange(val.rows) + 1 < val.record_end).flatten()
-                    gen = torch.Generator().manual_seed(1234)
-                    val_rows = val_rows_all[torch.randperm(val_rows_all.numel(), generator=gen)[: cfg.eval_positions]].sort().values
+                    train_rows, val_rows = _train_rows(train, cfg), _eval_rows(val, cfg)
                     log(f"step {step}: cache grew to {train.num_records} training records / {train_rows.numel()} positions")
     if bar is not None:
         bar.close()

@@ -43,24 +43,23 @@ def _ms(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
-def shape_folder(spec: str, folder: Path) -> Path:
-    """Untrained Hydra heads of the shape `spec` ("layers=4,prefix"), with the shipped heads'
-    count and draft vocabulary, saved in `folder`."""
+def shape_folder(spec: str, folder: Path, config) -> Path:
+    """Untrained Hydra heads of the shape `spec` ("layers=4,prefix") for the base model of
+    `config` (its transformers config), with the shipped heads' count and draft vocabulary,
+    saved in `folder`."""
     from entmtp_vllm.heads import PrefixLayerConfig, make_heads
-    from entmtp_vllm.heads.checkpoint import default_heads_path, load_base_embeddings, save_heads
+    from entmtp_vllm.heads.checkpoint import default_heads_path, save_heads
     from entmtp_vllm.heads.draft_vocab import FILE_NAME
-    from entmtp_vllm.model_store import resolve_model
 
     parts = dict(p.split("=", 1) if "=" in p else (p, "1") for p in spec.split(","))
     if set(parts) - {"layers", "prefix"}:
         raise SystemExit(f"--shape {spec!r}: use layers=N and optionally prefix, e.g. layers=4,prefix")
-    embed, _, config = load_base_embeddings(resolve_model(None))
     shipped_folder = default_heads_path("hydra")
     shipped = json.loads((shipped_folder / "heads.json").read_text())
     prefix = None
     if "prefix" in parts:
         prefix = PrefixLayerConfig.from_base_config(config).model_copy(update={"window": 64, "context": "answer"})
-    heads = make_heads("hydra", embed.shape[1], embed.shape[0], num_heads=shipped["num_heads"],
+    heads = make_heads("hydra", config.hidden_size, config.vocab_size, num_heads=shipped["num_heads"],
                        num_layers=int(parts.get("layers", 1)), prefix_layer=prefix)
     save_heads(heads, folder, {"base_model": shipped["base_model"]})
     shutil.copy(shipped_folder / FILE_NAME, folder / FILE_NAME)
@@ -88,7 +87,7 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="head_shapes_"))
     for i, item in enumerate(args.shape):
         name, spec = item.split("=", 1) if item.count("=") > 1 else ("shape " + item, item)
-        named.append((f"{name} (untrained, {spec})", str(shape_folder(spec, scratch / str(i)))))
+        named.append((f"{name} (untrained, {spec})", str(shape_folder(spec, scratch / str(i), model.config))))
     if not named:
         parser.error("give --heads or --shape")
     drafters = {name: load_drafter(folder, model) for name, folder in named}

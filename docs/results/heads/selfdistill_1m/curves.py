@@ -4,9 +4,11 @@ committed text logs), so that the kinds compare at equal steps while the runs ar
 
     .venv/bin/python docs/results/heads/selfdistill_1m/curves.py [RUN_DIR]   # default: runs/heads2
 
-Writes curves.md (top-1 per head at the steps every run reached, and each run's last and best
-evaluation) and curves.png beside this file. The 1-layer runs were evaluated on 4096 positions of
-250 held-out records, as the new ones are (the held-out records are chosen by record id).
+Writes curves.md (each run's last and best evaluation, and top-1 per head every 200 steps, or
+every 1000 once a run under way passes step 2000, with – where a run has not got there) and
+curves.png beside this file. Every evaluation uses 4096 held-out positions; the held-out records
+are chosen by record id, so a run trained while the cache was still growing was evaluated on
+fewer of them than session 21's 250.
 """
 
 from __future__ import annotations
