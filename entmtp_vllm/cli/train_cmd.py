@@ -69,7 +69,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS", help="stop and save after this wall time")
     p.add_argument("--export", choices=["last", "best"], default="last",
                    help="heads written to --out: the last step's, or those of the evaluation with the best mean held-out "
-                   "top-1 (kept in WORK_DIR/best.pt during training) (default: %(default)s)")
+                   "top-1 (kept in WORK_DIR/best.pt during training, scored again whenever the held-out positions change) "
+                   "(default: %(default)s)")
     p.add_argument("--threads", type=int, default=2, help="torch threads; 0 = adapt to the machine load (default: 2)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run)

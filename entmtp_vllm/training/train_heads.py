@@ -20,6 +20,7 @@ kept in `work_dir/best.pt`. At the end `export_heads` writes the heads (the last
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import signal
@@ -105,7 +106,9 @@ class TrainConfig(BaseModel):
     learning-rate schedule is stretched to end there too."""
     export: Literal["last", "best"] = "last"
     """Which heads go to `out`: the last step's, or those of the evaluation with the best mean
-    held-out top-1 (`work_dir/best.pt`; a long run that starts to overfit keeps its best)."""
+    held-out top-1 (`work_dir/best.pt`; a long run that starts to overfit keeps its best). When
+    the held-out positions change (a cache that grew, a resume over a rebuilt cache) the kept best
+    is scored again on the new ones before any comparison."""
 
 
 class BaseTensors:
@@ -187,6 +190,31 @@ def _eval_rows(val: CacheSplit, cfg: TrainConfig) -> torch.Tensor:
     rows = _usable_rows(val)
     gen = torch.Generator().manual_seed(1234)
     return rows[torch.randperm(rows.numel(), generator=gen)[: cfg.eval_positions]].sort().values
+
+
+def _eval_key(val: CacheSplit, rows: torch.Tensor) -> str:
+    """Which held-out positions an evaluation scored: a best mean top-1 compares only with
+    evaluations of the same key (the set changes when the cache grows or is rebuilt)."""
+    digest = hashlib.sha1(rows.numpy().tobytes())
+    digest.update(val.tokens[rows].numpy().tobytes())
+    return f"{val.num_records}:{rows.numel()}:{digest.hexdigest()[:16]}"
+
+
+def _rescored_best(best: dict | None, work: Path, cfg: TrainConfig, base: BaseTensors, val: CacheSplit,
+                   rows: torch.Tensor, key: str, log) -> dict | None:
+    """The kept best, scored on the current held-out positions (`key`): a best scored on another
+    set is evaluated again from `best.pt`, so later evaluations compare with it fairly."""
+    if best is None or best.get("eval_key") == key or not (work / "best.pt").exists():
+        return best
+    heads = build_heads_for(cfg, base)
+    heads.load_state_dict(torch.load(work / "best.pt", map_location="cpu", weights_only=False)["heads"])
+    scored = evaluate(heads, val, base, rows)
+    rescored = {"step": best["step"], "mean_top1": sum(scored["top1"]) / len(scored["top1"]), "val": scored, "eval_key": key}
+    log(f"held-out set changed: the best heads (step {best['step']}) scored again, mean top-1 "
+        f"{best['mean_top1']:.4f} -> {rescored['mean_top1']:.4f}")
+    torch.save({"heads": heads.state_dict(), "best": rescored}, work / "best.tmp")
+    (work / "best.tmp").rename(work / "best.pt")
+    return rescored
 
 
 def _gather_batch(split: CacheSplit, rows: torch.Tensor, base: BaseTensors, num_heads: int):
@@ -347,6 +375,8 @@ def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
             log(f"resumed from {latest} at step {step}")
         else:
             log("no checkpoint to resume from: starting fresh")
+    eval_key = _eval_key(val, val_rows)
+    best = _rescored_best(best, work, cfg, base, val, val_rows, eval_key, log)
     summary = cache_summary(cfg.cache)
     known_shards = len(manifest["shards"])
     initial_records, initial_rows = train.num_records, train.rows
@@ -434,7 +464,7 @@ def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
                 log(f"step {step}/{total} loss {running:.3f} val top1 {last_eval['top1']} top5 {last_eval['top5']}")
                 mean_top1 = sum(last_eval["top1"]) / len(last_eval["top1"])
                 if best is None or mean_top1 > best["mean_top1"]:
-                    best = {"step": step, "mean_top1": mean_top1, "val": last_eval}
+                    best = {"step": step, "mean_top1": mean_top1, "val": last_eval, "eval_key": eval_key}
                     torch.save({"heads": heads.state_dict(), "best": best}, work / "best.tmp")
                     (work / "best.tmp").rename(work / "best.pt")
             if step % cfg.ckpt_interval == 0:
@@ -448,6 +478,8 @@ def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
                     val = load_cache_split(cfg.cache, "val")
                     train_rows, val_rows = _train_rows(train, cfg), _eval_rows(val, cfg)
                     log(f"step {step}: cache grew to {train.num_records} training records / {train_rows.numel()} positions")
+                    eval_key = _eval_key(val, val_rows)
+                    best = _rescored_best(best, work, cfg, base, val, val_rows, eval_key, log)
     if bar is not None:
         bar.close()
     save_checkpoint()

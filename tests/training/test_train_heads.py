@@ -224,6 +224,37 @@ def test_the_best_evaluation_is_kept_and_can_be_exported(tiny_model: Path, cache
     assert heads.meta["training"]["val_top1"] == kept["best"]["val"]["top1"]
 
 
+def test_the_best_is_scored_again_when_the_held_out_set_changes(tiny_model: Path, cache: Path, tmp_path: Path) -> None:
+    """A resume over the same held-out positions keeps the best's score; over other positions (a
+    grown or rebuilt cache) it scores the kept heads again there, so later evaluations compare
+    with the best on the same positions."""
+    import torch
+
+    from entmtp_vllm.training.teacher_cache import load_cache_split
+    from entmtp_vllm.training.train_heads import _eval_rows, build_heads_for, evaluate
+
+    base = base_tensors(tiny_model)
+    train_heads(config(cache, tmp_path, steps=10), base, log=lambda m: None)
+    before = torch.load(tmp_path / "best.pt", weights_only=False)["best"]
+    same: list[str] = []
+    train_heads(config(cache, tmp_path, steps=10, resume=True), base, log=same.append)
+    assert not any("held-out set changed" in m for m in same)
+    assert torch.load(tmp_path / "best.pt", weights_only=False)["best"] == before
+
+    other = config(cache, tmp_path, steps=10, resume=True, eval_positions=40)  # another set of positions
+    messages: list[str] = []
+    result = train_heads(other, base, log=messages.append)
+    assert any(f"best heads (step {before['step']}) scored again" in m for m in messages)
+    kept = torch.load(tmp_path / "best.pt", weights_only=False)
+    assert kept["best"]["step"] == before["step"] and kept["best"]["eval_key"] != before["eval_key"]
+    val = load_cache_split(cache, "val")
+    heads = build_heads_for(other, base)
+    heads.load_state_dict(kept["heads"])
+    expected = evaluate(heads, val, base, _eval_rows(val, other))
+    assert expected["positions"] == 40 and kept["best"]["val"] == expected
+    assert result["best"]["mean_top1"] == round(sum(expected["top1"]) / 3, 4)
+
+
 def test_sigterm_stops_after_the_step_with_a_checkpoint(tiny_model: Path, cache: Path, tmp_path: Path) -> None:
     """A SIGTERM during training ends the run after the current step, checkpointed there (not at
     the last `ckpt_interval` step), exports nothing, and puts the previous handler back."""
