@@ -20,7 +20,6 @@ kept in `work_dir/best.pt`. At the end `export_heads` writes the heads (the last
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import signal
@@ -36,6 +35,7 @@ from pydantic import BaseModel, ConfigDict
 
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.heads import DraftHeads, PrefixLayerConfig, make_heads
+from entmtp_vllm.training.best_heads import best_heads_state, eval_key, save_best
 from entmtp_vllm.training.export_heads import export_heads
 from entmtp_vllm.training.teacher_cache import CacheSplit, cache_summary, load_cache_split, read_manifest
 
@@ -192,28 +192,20 @@ def _eval_rows(val: CacheSplit, cfg: TrainConfig) -> torch.Tensor:
     return rows[torch.randperm(rows.numel(), generator=gen)[: cfg.eval_positions]].sort().values
 
 
-def _eval_key(val: CacheSplit, rows: torch.Tensor) -> str:
-    """Which held-out positions an evaluation scored: a best mean top-1 compares only with
-    evaluations of the same key (the set changes when the cache grows or is rebuilt)."""
-    digest = hashlib.sha1(rows.numpy().tobytes())
-    digest.update(val.tokens[rows].numpy().tobytes())
-    return f"{val.num_records}:{rows.numel()}:{digest.hexdigest()[:16]}"
-
-
 def _rescored_best(best: dict | None, work: Path, cfg: TrainConfig, base: BaseTensors, val: CacheSplit,
                    rows: torch.Tensor, key: str, log) -> dict | None:
     """The kept best, scored on the current held-out positions (`key`): a best scored on another
     set is evaluated again from `best.pt`, so later evaluations compare with it fairly."""
-    if best is None or best.get("eval_key") == key or not (work / "best.pt").exists():
+    state = None if best is None or best.get("eval_key") == key else best_heads_state(work)
+    if state is None:
         return best
     heads = build_heads_for(cfg, base)
-    heads.load_state_dict(torch.load(work / "best.pt", map_location="cpu", weights_only=False)["heads"])
+    heads.load_state_dict(state)
     scored = evaluate(heads, val, base, rows)
     rescored = {"step": best["step"], "mean_top1": sum(scored["top1"]) / len(scored["top1"]), "val": scored, "eval_key": key}
     log(f"held-out set changed: the best heads (step {best['step']}) scored again, mean top-1 "
         f"{best['mean_top1']:.4f} -> {rescored['mean_top1']:.4f}")
-    torch.save({"heads": heads.state_dict(), "best": rescored}, work / "best.tmp")
-    (work / "best.tmp").rename(work / "best.pt")
+    save_best(work, heads.state_dict(), rescored)
     return rescored
 
 
@@ -375,8 +367,8 @@ def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
             log(f"resumed from {latest} at step {step}")
         else:
             log("no checkpoint to resume from: starting fresh")
-    eval_key = _eval_key(val, val_rows)
-    best = _rescored_best(best, work, cfg, base, val, val_rows, eval_key, log)
+    held_out = eval_key(val, val_rows)
+    best = _rescored_best(best, work, cfg, base, val, val_rows, held_out, log)
     summary = cache_summary(cfg.cache)
     known_shards = len(manifest["shards"])
     initial_records, initial_rows = train.num_records, train.rows
@@ -464,9 +456,8 @@ def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
                 log(f"step {step}/{total} loss {running:.3f} val top1 {last_eval['top1']} top5 {last_eval['top5']}")
                 mean_top1 = sum(last_eval["top1"]) / len(last_eval["top1"])
                 if best is None or mean_top1 > best["mean_top1"]:
-                    best = {"step": step, "mean_top1": mean_top1, "val": last_eval, "eval_key": eval_key}
-                    torch.save({"heads": heads.state_dict(), "best": best}, work / "best.tmp")
-                    (work / "best.tmp").rename(work / "best.pt")
+                    best = {"step": step, "mean_top1": mean_top1, "val": last_eval, "eval_key": held_out}
+                    save_best(work, heads.state_dict(), best)
             if step % cfg.ckpt_interval == 0:
                 save_checkpoint()
             if cfg.reload_interval and step % cfg.reload_interval == 0 and step < total:
@@ -478,8 +469,8 @@ def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
                     val = load_cache_split(cfg.cache, "val")
                     train_rows, val_rows = _train_rows(train, cfg), _eval_rows(val, cfg)
                     log(f"step {step}: cache grew to {train.num_records} training records / {train_rows.numel()} positions")
-                    eval_key = _eval_key(val, val_rows)
-                    best = _rescored_best(best, work, cfg, base, val, val_rows, eval_key, log)
+                    held_out = eval_key(val, val_rows)
+                    best = _rescored_best(best, work, cfg, base, val, val_rows, held_out, log)
     if bar is not None:
         bar.close()
     save_checkpoint()
@@ -490,7 +481,7 @@ def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
     wall = elapsed_before + time.perf_counter() - started
     exported = {"heads": "last", "step": step}
     if cfg.export == "best" and best is not None and best["step"] != step:
-        heads.load_state_dict(torch.load(work / "best.pt", map_location="cpu", weights_only=False)["heads"])
+        heads.load_state_dict(best_heads_state(work))
         last_eval, exported = best["val"], {"heads": "best", "step": best["step"]}
         log(f"exporting the heads of step {best['step']} (best mean held-out top-1 {best['mean_top1']:.4f})")
     result = {
