@@ -71,6 +71,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="heads written to --out: the last step's, or those of the evaluation with the best mean held-out "
                    "top-1 (kept in WORK_DIR/best.pt during training, scored again whenever the held-out positions change) "
                    "(default: %(default)s)")
+    p.add_argument("--weights", choices=["float16", "int8"], default="float16",
+                   help="how the exported weights are stored: int8 keeps a float32 scale per output row and is about half "
+                   "the size (for a package's size limit); loading turns them back into floats (default: %(default)s)")
     p.add_argument("--threads", type=int, default=2, help="torch threads; 0 = adapt to the machine load (default: 2)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run)
@@ -132,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, teacher=args.teacher,
         softmax_vocab=args.softmax_vocab or None, draft_vocab=args.draft_vocab or None, eval_interval=args.eval_interval, ckpt_interval=args.ckpt_interval,
         reload_interval=args.reload_interval, time_budget_s=args.time_budget, threads=args.threads, seed=args.seed,
-        resume=args.resume, export=args.export,
+        resume=args.resume, export=args.export, weights=args.weights,
     )
     result = train_heads(cfg, base, log=lambda m: print(m, flush=True))
     if result.get("interrupted"):

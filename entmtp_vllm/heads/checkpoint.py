@@ -9,6 +9,11 @@ base model's LM head is never stored unless the heads have their own) and
      "lm_head_bias", "share_layers", "prefix_layer": {...}|null,
      "base_model": name, "training": {...}, "created": ISO date, "dtype": ...}
 
+`dtype` is how the weights are stored: float16 (the default), bfloat16, float32, or int8
+(every 2-D weight as int8 with a float32 scale per output row, `<key>.int8_scale`; the rest
+float16), which `load_heads` turns back into floats: about half the size of float16, for
+heads that would not fit a package otherwise.
+
 `load_heads(folder, base_config)` checks the heads against the base model's
 config (hidden size, vocabulary) and raises `EntMTPError` on a mismatch, so a
 wrong pairing fails before decoding.
@@ -41,6 +46,8 @@ FORMAT = "entmtp-heads"
 VERSION = 1
 WEIGHTS = "heads.safetensors"
 CONFIG = "heads.json"
+INT8_SCALE = ".int8_scale"
+STORED_DTYPES = ("float16", "bfloat16", "float32", "int8")
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "heads"
 SHIPPED = {"hydra": "smollm2-135m-hydra", "medusa": "smollm2-135m-medusa"}
 
@@ -60,11 +67,51 @@ def _get(config, key: str, default=None):
     return getattr(config, key, default)
 
 
-def save_heads(heads: DraftHeads, folder: str | Path, meta: dict | None = None, dtype: torch.dtype = torch.float16) -> Path:
-    """Write `heads.safetensors` + `heads.json` into `folder` (created); return the folder."""
+def quantize_int8(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every floating 2-D weight as int8 with a symmetric float32 scale per output row (its
+    largest magnitude / 127) under `<key>.int8_scale`; other floating tensors float16."""
+    out = {}
+    for key, value in state.items():
+        if value.is_floating_point() and value.dim() == 2:
+            value = value.detach().float()
+            scale = value.abs().amax(dim=1).clamp_min(1e-12) / 127
+            out[key] = torch.round(value / scale[:, None]).clamp(-127, 127).to(torch.int8)
+            out[key + INT8_SCALE] = scale
+        else:
+            out[key] = value.detach().half() if value.is_floating_point() else value.detach()
+    return out
+
+
+def dequantize_int8(state: dict[str, torch.Tensor], where: str) -> dict[str, torch.Tensor]:
+    """The inverse of `quantize_int8` (float32 weights); `EntMTPError` when a scale is missing."""
+    out = {}
+    for key, value in state.items():
+        if key.endswith(INT8_SCALE):
+            continue
+        if value.dtype == torch.int8:
+            scale = state.get(key + INT8_SCALE)
+            if scale is None or scale.shape != value.shape[:1]:
+                raise EntMTPError(f"{where}: int8 weight {key} has no matching {key + INT8_SCALE}: re-save the heads")
+            value = value.float() * scale.float()[:, None]
+        out[key] = value
+    return out
+
+
+def save_heads(heads: DraftHeads, folder: str | Path, meta: dict | None = None,
+               dtype: torch.dtype | str = torch.float16) -> Path:
+    """Write `heads.safetensors` + `heads.json` into `folder` (created); return the folder.
+    `dtype`: a torch floating dtype, or one of `STORED_DTYPES` by name ("int8": `quantize_int8`)."""
+    name = dtype if isinstance(dtype, str) else str(dtype).replace("torch.", "")
+    if name not in STORED_DTYPES:
+        raise EntMTPError(f"heads cannot be stored as {name!r}: use one of {', '.join(STORED_DTYPES)}")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().to("cpu", dtype if v.is_floating_point() else v.dtype).contiguous() for k, v in heads.state_dict().items()}
+    if name == "int8":
+        state = quantize_int8(heads.state_dict())
+    else:
+        torch_dtype = getattr(torch, name)
+        state = {k: v.detach().to("cpu", torch_dtype if v.is_floating_point() else v.dtype) for k, v in heads.state_dict().items()}
+    state = {k: v.to("cpu").contiguous() for k, v in state.items()}
     save_file(state, str(folder / WEIGHTS), metadata={"format": FORMAT})
     (folder / WEIGHTS).chmod(0o644)  # safetensors writes 0600; shipped package data must be readable
     config = {"format": FORMAT, "version": VERSION, **heads.config_dict()}
@@ -72,7 +119,7 @@ def save_heads(heads: DraftHeads, folder: str | Path, meta: dict | None = None, 
     config["base_model"] = meta.pop("base_model", None)
     config["training"] = meta.pop("training", None)
     config["created"] = meta.pop("created", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    config["dtype"] = str(dtype).replace("torch.", "")
+    config["dtype"] = name
     config.update(meta)
     (folder / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
     return folder
@@ -133,6 +180,8 @@ def load_heads(folder: str | Path, base_config=None, dtype: torch.dtype = torch.
     if not weights.is_file():
         raise EntMTPError(f"{weights} is missing: the heads folder is incomplete, re-save it")
     state = load_file(str(weights))
+    if config.get("dtype") == "int8":
+        state = dequantize_int8(state, str(weights))
     missing, unexpected = heads.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise EntMTPError(f"{weights} does not match {CONFIG} (missing {missing[:3]}, unexpected {unexpected[:3]}): re-save the heads")

@@ -1,4 +1,4 @@
-"""The end of a head-training run: the trained heads (fp16 safetensors), their draft
+"""The end of a head-training run: the trained heads (safetensors, `cfg.weights`), their draft
 vocabulary (`draft_vocab.json`) and their model card (`MODEL_CARD.md`), written into the
 run's `out` folder."""
 
@@ -36,7 +36,7 @@ def _export_draft_vocab(cfg: TrainConfig, out: Path, answer_tokens: torch.Tensor
 
 def export_heads(heads: DraftHeads, cfg: TrainConfig, base: BaseTensors, result: dict, summary: dict,
                  answer_tokens: torch.Tensor) -> Path:
-    """Save the final heads (fp16), the draft vocabulary (from `answer_tokens`, the training
+    """Save the final heads (stored as `cfg.weights`), the draft vocabulary (from `answer_tokens`, the training
     records' answer tokens) and a model card into `cfg.out`."""
     out = Path(cfg.out)
     training = {
@@ -49,7 +49,7 @@ def export_heads(heads: DraftHeads, cfg: TrainConfig, base: BaseTensors, result:
     exported = result["exported"]
     if exported["heads"] == "best":
         training["exported_step"] = exported["step"]
-    save_heads(heads, out, {"base_model": base.model_name, "training": training})
+    save_heads(heads, out, {"base_model": base.model_name, "training": training}, dtype=cfg.weights)
     draft_vocab = _export_draft_vocab(cfg, out, answer_tokens, heads.vocab_size)
     v = result["val"]
     d0 = result["data"]
@@ -71,12 +71,13 @@ def export_heads(heads: DraftHeads, cfg: TrainConfig, base: BaseTensors, result:
     teacher_dtype = (read_manifest(cfg.cache) or {}).get("dtype", "?")
     window = (f" (a {heads.prefix.config.window}-position window over the answer)"
               if heads.prefix is not None and heads.prefix.config.window else "")
+    stored = {"float16": "fp16", "int8": "int8 (a float32 scale per output row, dequantized at load)"}[cfg.weights]
     rows = "\n".join(f"| {d + 1} | {v['top1'][d]:.3f} | {v['top5'][d]:.3f} | {v['nll'][d]:.3f} |" for d in range(heads.num_heads))
     card = f"""# {out.name}
 
 {cfg.kind.capitalize()} draft heads for **{base.model_name}** (EntMTP). {heads.num_heads} heads, {cfg.num_layers} layer(s) each,
 {'with' if heads.prefix is not None else 'without'} a Hydra++ prefix layer{window}; the base model's tied LM head is shared and frozen
-(not stored here). Weights: fp16 safetensors. Load with `entmtp_vllm.heads.checkpoint.load_heads(folder, base_config)`.
+(not stored here). Weights: {stored} safetensors. Load with `entmtp_vllm.heads.checkpoint.load_heads(folder, base_config)`.
 
 ## Training data
 Self-distillation: the base model's own greedy answers ({generated}) to ShareGPT train-split prompts.

@@ -53,16 +53,17 @@ class TrainConfig(BaseModel):
     """Where checkpoints and the training log go."""
     out: Path | None = None
     """Where the final heads (heads.safetensors, heads.json, MODEL_CARD.md) go."""
+    weights: Literal["float16", "int8"] = "float16"
+    """How the exported weights are stored; int8 (`checkpoint.quantize_int8`) is about half the size."""
     kind: Literal["hydra", "medusa"] = "hydra"
     num_heads: int = 4
     num_layers: int = 1
     prefix_layer: bool = False
     """Hydra++: add the prefix decoder layer (trained on windows of `window` positions)."""
     window: int = 64
-    """The prefix layer's attention window: each trained position reads itself and up to
-    `window - 1` earlier answer rows of its record (so does the trained layer when drafting,
-    `PrefixLayerConfig.window`). A sample is `window` trained positions after up to
-    `window - 1` rows of context."""
+    """The prefix layer's attention window: each trained position reads itself and up to `window - 1`
+    earlier answer rows of its record (so does the layer when drafting, `PrefixLayerConfig.window`).
+    A sample is `window` trained positions after up to `window - 1` rows of context."""
     steps: int | None = None
     """Optimizer steps; default: `epochs` passes over the training positions."""
     epochs: float = 1.0

@@ -63,6 +63,48 @@ def test_fp16_save_keeps_values_close_and_lm_head_is_not_stored(tmp_path: Path) 
         torch.testing.assert_close(a, b, atol=2e-3, rtol=2e-3)
 
 
+def test_int8_save_halves_the_size_and_loads_within_half_a_step_per_row(tmp_path: Path, base_weights) -> None:
+    from safetensors.torch import load_file
+
+    _, lm_head = base_weights
+    heads = randomize(HydraHeads(HIDDEN, VOCAB, num_heads=2, num_layers=2, prefix_layer=PREFIX))
+    save_heads(heads, tmp_path / "fp16")
+    save_heads(heads, tmp_path / "int8", dtype="int8")
+    assert read_heads_config(tmp_path / "int8")["dtype"] == "int8"
+    stored = load_file(str(tmp_path / "int8" / "heads.safetensors"))
+    matrices = [k for k, v in heads.state_dict().items() if v.dim() == 2]
+    assert matrices and all(stored[k].dtype == torch.int8 and stored[k + ".int8_scale"].dtype == torch.float32 for k in matrices)
+    assert all(v.dtype == torch.float16 for k, v in stored.items() if k not in matrices and not k.endswith(".int8_scale"))
+    fp16_bytes = sum(v.numel() * 2 for v in heads.state_dict().values())
+    int8_bytes = sum(v.numel() * v.element_size() for v in stored.values())
+    assert int8_bytes < 0.6 * fp16_bytes
+    loaded = load_heads(tmp_path / "int8", BASE)
+    for key, value in heads.state_dict().items():
+        got = loaded.state_dict()[key]
+        if key in matrices:  # symmetric rounding: at most half a quantization step per row
+            step = value.abs().amax(dim=1, keepdim=True) / 127
+            assert ((got - value).abs() <= step / 2 + 1e-6).all(), key
+        else:
+            torch.testing.assert_close(got, value, atol=2e-3, rtol=2e-3)
+    h, path = torch.randn(2, HIDDEN), torch.randn(2, heads.num_heads, HIDDEN)
+    for d in (1, 2):
+        a, b = loaded.head_logits(d, h, path, lm_head), heads.head_logits(d, h, path, lm_head)
+        assert (a - b).abs().max() < 0.05 * b.abs().max()
+
+
+def test_int8_weights_without_their_scale_and_unknown_dtypes_are_user_errors(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    heads = HydraHeads(HIDDEN, VOCAB, num_heads=1)
+    with pytest.raises(EntMTPError, match="int4"):
+        save_heads(heads, tmp_path, dtype="int4")
+    save_heads(heads, tmp_path, dtype="int8")
+    stored = load_file(str(tmp_path / "heads.safetensors"))
+    save_file({k: v for k, v in stored.items() if not k.endswith(".int8_scale")}, str(tmp_path / "heads.safetensors"))
+    with pytest.raises(EntMTPError, match="int8_scale"):
+        load_heads(tmp_path, BASE)
+
+
 @pytest.mark.parametrize("field,value,message", [("hidden_size", HIDDEN + 1, "hidden size"), ("vocab_size", VOCAB * 2, "vocabulary")])
 def test_mismatch_with_base_model_is_a_user_error(tmp_path: Path, field, value, message) -> None:
     save_heads(HydraHeads(HIDDEN, VOCAB, num_heads=1), tmp_path)

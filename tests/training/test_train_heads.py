@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from entmtp_vllm.errors import EntMTPError
-from entmtp_vllm.heads.checkpoint import load_base_embeddings, load_heads
+from entmtp_vllm.heads.checkpoint import load_base_embeddings, load_heads, read_heads_config
 from entmtp_vllm.training.teacher_cache import build_teacher_cache, cache_summary, load_cache_split, read_manifest, split_of
 from entmtp_vllm.training.train_heads import BaseTensors, TrainConfig, train_heads
 
@@ -298,7 +298,12 @@ def test_cli_train_heads_end_to_end(tiny_model: Path, cache: Path, tmp_path: Pat
     assert "heads written to" in capsys.readouterr().out
     heads = load_heads(tmp_path / "heads", {"hidden_size": HIDDEN, "vocab_size": VOCAB})
     assert heads.kind == "medusa" and heads.num_heads == 2
-    assert main(argv[:-4] + ["--work-dir", str(tmp_path / "work"), "--out", str(tmp_path / "heads"), "--resume", "--no-cache-update"]) == 0
+    # a finished run resumed exports again without training, here as int8
+    assert main(argv[:-4] + ["--work-dir", str(tmp_path / "work"), "--out", str(tmp_path / "int8"), "--resume", "--no-cache-update",
+                             "--weights", "int8"]) == 0
+    assert read_heads_config(tmp_path / "int8")["dtype"] == "int8" and heads.meta["dtype"] == "float16"
+    assert "Weights: int8 (a float32 scale per output row" in (tmp_path / "int8" / "MODEL_CARD.md").read_text()
+    assert load_heads(tmp_path / "int8", {"hidden_size": HIDDEN, "vocab_size": VOCAB}).num_heads == 2
 
 
 def test_cli_reports_a_stopped_run(tiny_model: Path, cache: Path, tmp_path: Path, capsys, monkeypatch) -> None:
