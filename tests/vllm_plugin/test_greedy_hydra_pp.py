@@ -29,7 +29,8 @@ def hydra_pp_folder(tmp_path_factory, model_path: str, heads_folder: str) -> str
     config = AutoConfig.from_pretrained(model_path)
     plain = load_heads(heads_folder, config)
     prefix = PrefixLayerConfig.from_base_config(config).model_copy(update={"window": 8, "context": "answer"})
-    heads = HydraHeads(config.hidden_size, config.vocab_size, num_heads=plain.num_heads, prefix_layer=prefix)
+    heads = HydraHeads(config.hidden_size, config.vocab_size, num_heads=plain.num_heads, num_layers=plain.num_layers,
+                       prefix_layer=prefix)
     missing, unexpected = heads.load_state_dict(plain.state_dict(), strict=False)
     assert not unexpected and all(name.startswith("prefix.") for name in missing)
     torch.manual_seed(0)
