@@ -249,9 +249,10 @@ def summary_markdown(tasks: Sequence[dict[str, Any]]) -> str:
     for t in tasks:
         lines.append(f"| {t['label']} | " + " | ".join("yes" if t["stages"][s] else "no" for s in
                                                      ("frontier", "throughput", "calibrate", "regimes", "debias")) + " |")
+    dtypes = "/".join(sorted({t["throughput"]["dtype"] for t in tasks if t.get("throughput")})) or "no throughput run"
     lines += ["", "## (a) τ of the published tree with at most half its nodes", "",
               "Calibration split, teacher-forced τ with the rank scorer (the frontier's trajectories), the same for the "
-              "reference; held out: engine τ on the throughput run's test prompts (bfloat16).", "",
+              f"reference; held out: engine τ on the throughput run's test prompts ({dtypes}).", "",
               "| task | prompts | reference τ (n) | smallest frontier tree reaching it | largest tree within half: τ | "
               "passes | held out: tree τ vs reference τ |", "|---|---:|---|---|---|---|---|"]
     for t in tasks:

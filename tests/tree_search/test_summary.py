@@ -49,3 +49,17 @@ def test_no_second_comparison_when_the_baseline_is_the_fastest_static():
     assert all("vs_fastest_static" not in row for row in summary["rows"])
     table = compare_table([{"label": "gsm8k", "compare": summary}])
     assert all(line.endswith("| – |") for line in table if line.startswith("| gsm8k |"))
+
+
+def test_summary_names_the_throughput_runs_dtype():
+    from tree_search.summary import summary_markdown
+
+    def task(label: str, dtype: str) -> dict:
+        row = {"name": "n4", "size": 4, "tokens_per_second": 15.0, "speedup": 0.85, "tau": 1.7}
+        return {"label": label, "stages": dict.fromkeys(("frontier", "throughput", "calibrate", "regimes", "debias"), False),
+                "half_size": None, "timing": {},
+                "throughput": {"prompts": 8, "split": "test", "dtype": dtype, "ar": 18.0, "best_static": row,
+                               "reference": None, "pareto": ["n4"], "held_out_half": None}}
+
+    assert "test prompts (float32)" in summary_markdown([task("mt_bench", "float32")])
+    assert "test prompts (bfloat16/float32)" in summary_markdown([task("a", "float32"), task("b", "bfloat16")])
