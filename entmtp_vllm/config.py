@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -126,9 +127,11 @@ KV_CACHE_SIZING = KVCacheSizing()
 class StepCostPrior(_Config):
     """The step-cost model before any step was measured (`step_cost.StepCostModel`); the served
     steps replace it in whatever they vary within a few steps. Defaults: vLLM 0.32 on
-    this project's 2-core AVX2 CPU in float32 with SmolLM2-135M (served: about 55 ms for one
-    request and one token, 120 ms for 8; offline step-cost curve: 8.4 ms per extra verified
-    token, docs/search/cost_curves)."""
+    this project's 2-core AVX2 CPU in float32 with SmolLM2-135M on vLLM's oneDNN matrix multiply
+    (served: about 55 ms for one request and one token, 120 ms for 8; offline step-cost curve:
+    8.4 ms per extra verified token, docs/search/cost_curves). On EntMTP's packed matrix multiply
+    a row costs much less up to about 6 rows (docs/results/cpu_gemm); the online fit learns that
+    within a few steps."""
 
     fixed_ms: float = Field(45.0, ge=0.0)
     """Milliseconds of a step whatever its size."""
@@ -198,3 +201,28 @@ class StepBudgetConfig(_Config):
 
 
 STEP_BUDGET = StepBudgetConfig()
+
+
+class CpuGemmConfig(_Config):
+    """EntMTP's packed CPU matrix multiply (`entmtp_vllm/cpu_gemm`): float32 linear layers for
+    the few rows of a decode or verification step, AVX2 + FMA, built at first use with the
+    system's C++ compiler."""
+
+    env: str = "ENTMTP_CPU_GEMM"
+    """Environment variable that turns it on inside vLLM's processes (`packed`; anything else or
+    unset: vLLM's own CPU matrix multiply). `entmtp serve --cpu-gemm` sets it for the server it
+    starts, and `entmtp bench serve --compare` for every server it starts."""
+
+    max_rows: int = Field(128, ge=1)
+    """Calls with at most this many rows (tokens in the step) use the packed kernel; larger ones
+    (prefills) the engine's own. Up to here the packed kernel was faster than MKL and oneDNN on
+    the AVX2 machine (docs/results/cpu_gemm)."""
+
+
+    reference_engine: Literal["auto", "packed", "torch"] = "auto"
+    """The reference engine's linear layers (`entmtp generate`, `entmtp bench offline`, the tree
+    search): `packed` (float32 only; an error where the kernel cannot run), `torch` (torch's own,
+    MKL on x86), `auto` (packed for a float32 model where the kernel runs, else torch)."""
+
+
+CPU_GEMM = CpuGemmConfig()

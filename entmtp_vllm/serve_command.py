@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from entmtp_vllm.cpu_features import cpu_flags
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.kv_cache_size import (
     GIB,
@@ -88,6 +89,11 @@ class ServeOptions(BaseModel):
     (`VLLM_ENABLE_V1_MULTIPROCESSING=0` + `--distributed-executor-backend uni`). Off: vLLM's own
     layout (engine core and worker in their own processes; on CPU `uni` alone would be turned
     back into `mp`)."""
+
+    cpu_gemm: Literal["packed", "vllm"] | None = None
+    """On CPU, the linear layers' matrix multiply: `packed` (EntMTP's kernel for steps of few
+    tokens, float32 only, `ENTMTP_CPU_GEMM=packed`), `vllm` (vLLM's own, oneDNN on x86). None:
+    `packed` when the model runs in float32 and the kernel builds here, else `vllm`."""
 
     vllm_args: list[str] = Field(default_factory=list)
     """Extra `vllm serve` arguments, passed as they are (a leading `--` is dropped)."""
@@ -157,17 +163,6 @@ BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 single-row pass per row."""
 
 
-def cpu_flags(path: Path = Path("/proc/cpuinfo")) -> set[str]:
-    """The CPU's feature flags (empty when unreadable)."""
-    try:
-        for line in path.read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 def cpu_dtype(flags: set[str]) -> tuple[str | None, str | None]:
     """(dtype, why) `entmtp serve` picks on a CPU when the user gives none: float32 unless the CPU
     has native bf16 (then vLLM's own choice stands: None)."""
@@ -177,6 +172,35 @@ def cpu_dtype(flags: set[str]) -> tuple[str | None, str | None]:
         "dtype: --dtype float32, because this CPU has no native bf16 (no avx512_bf16 / amx_bf16): a bf16 "
         "step verifying 9 tokens cost 4.7x a 1-token step on an AVX2 EPYC against 2.3x in float32 "
         "(docs/search/cost_curves); pass --dtype to change it"
+    )
+
+
+def cpu_gemm_env(choice: str | None, dtype: str | None, environ: dict[str, str]) -> tuple[dict[str, str], str | None]:
+    """(variables, note) for the CPU matrix multiply `choice` (None: automatic) of a server whose
+    model runs in `dtype` (None: vLLM's choice, not float32). In automatic mode a variable the caller
+    already set wins."""
+    from entmtp_vllm.config import CPU_GEMM
+    from entmtp_vllm.cpu_gemm.build import CpuGemmUnavailable, load_library
+
+    if choice == "vllm":
+        return {CPU_GEMM.env: "vllm"}, None
+    if choice is None and CPU_GEMM.env in environ:
+        return {}, f"CPU matrix multiply: {CPU_GEMM.env}={environ[CPU_GEMM.env]} from the environment"
+    float32 = dtype in ("float32", "fp32", "float")
+    if not float32:
+        if choice == "packed":
+            raise EntMTPError(f"--cpu-gemm packed takes a float32 model; this server runs in {dtype or 'the model dtype'} "
+                              "(pass --dtype float32, or --cpu-gemm vllm)")
+        return {}, None
+    try:
+        load_library()
+    except CpuGemmUnavailable as exc:
+        if choice == "packed":
+            raise EntMTPError(f"--cpu-gemm packed: {exc}") from None
+        return {}, f"CPU matrix multiply: vLLM's own (EntMTP's packed kernel is unavailable: {exc})"
+    return {CPU_GEMM.env: "packed"}, (
+        f"CPU matrix multiply: EntMTP's packed kernel for steps of <= {CPU_GEMM.max_rows} tokens ({CPU_GEMM.env}=packed; "
+        "its cost grows slowly with the tokens a step verifies, docs/results/cpu_gemm); pass --cpu-gemm vllm for vLLM's own"
     )
 
 
@@ -266,6 +290,9 @@ def build_serve_command(
         if options.in_process and not chooses_executor(extra):
             argv += ["--distributed-executor-backend", "uni"]
             command.env.update(IN_PROCESS_ENV)
+        gemm_env, note = cpu_gemm_env(options.cpu_gemm, dtype or option_value(extra, "--dtype"), environ)
+        command.env.update(gemm_env)
+        command.notes += [note] if note else []
         added, notes = cpu_memory_args(model, dtype, extra, memory or node_memory(), environ)
         argv += added
         command.notes += notes

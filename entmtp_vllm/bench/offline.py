@@ -39,6 +39,7 @@ from typing import Any
 
 from entmtp_vllm.bench.paired import paired_speed, paired_text
 from entmtp_vllm.bench.timing import bench_prompts, decode_in_turns, encode_prompts, turn_order, turns_text
+from entmtp_vllm.config import CPU_GEMM
 from entmtp_vllm.errors import EntMTPError
 
 INTERLEAVE_MODES = ("prompt", "step")
@@ -112,6 +113,7 @@ class OfflineBenchConfig:
     max_tokens: int = 128
     model: str | None = None
     dtype: str = "float32"
+    cpu_gemm: str = CPU_GEMM.reference_engine
     threads: int = 1
     temperature: float = 0.0
     top_k: int = 0
@@ -226,7 +228,7 @@ def run_offline(config: OfflineBenchConfig, progress: bool = True, log=print) ->
     torch.set_num_threads(config.threads)
 
     prompts = bench_prompts(config)
-    model, tokenizer = load_target(config.model, config.dtype)
+    model, tokenizer = load_target(config.model, config.dtype, cpu_gemm=config.cpu_gemm)
     engines = _build_engines(config, model, tokenizer)
     encoded = encode_prompts(config, tokenizer, prompts)
     for prompt, ids in zip(prompts, encoded):  # fail before any timing
@@ -329,7 +331,7 @@ def run_offline(config: OfflineBenchConfig, progress: bool = True, log=print) ->
     return {
         "benchmark": "offline",
         "config": config_out,
-        "machine": machine_info(config.threads, config.dtype),
+        "machine": {**machine_info(config.threads, config.dtype), "cpu_gemm": model.entmtp_cpu_gemm},
         "num_prompts": len(prompts),
         "baseline": baseline,
         "methods": methods_out,
@@ -369,8 +371,8 @@ def markdown_report(results: dict[str, Any]) -> str:
     check = results.get("check_equal")
     lines = [
         f"Offline benchmark — {', '.join(cfg['datasets'])}, {results['num_prompts']} prompts, "
-        f"{cfg['max_tokens']} new tokens, {machine['dtype']}, {machine['threads']} thread(s), "
-        f"T={cfg['temperature']}, acceptance {cfg['acceptance']}; {machine['cpu']}; {machine['date']}"
+        f"{cfg['max_tokens']} new tokens, {machine['dtype']}, {machine.get('cpu_gemm', 'torch')} matrix multiply, "
+        f"{machine['threads']} thread(s), T={cfg['temperature']}, acceptance {cfg['acceptance']}; {machine['cpu']}; {machine['date']}"
         + f"; methods taking turns {turns_text(cfg)}"
         + (f"; each prompt's time: the fastest of {cfg['repeats']} runs" if cfg.get("repeats", 1) > 1 else ""),
         "",

@@ -115,6 +115,9 @@ def register_serve(sub: argparse._SubParsersAction) -> None:
                        help="run every server's engine core and worker inside its API server process, as "
                        "entmtp serve --in-process does (default off: vLLM's own process layout). Every server also "
                        "gets the same KV cache size, sized once for this machine unless --server-args give one")
+    group.add_argument("--cpu-gemm", choices=("packed", "vllm"), default=None,
+                       help="on CPU, every server's matrix multiply, as entmtp serve --cpu-gemm chooses it "
+                       "(default: packed when the servers run in float32 and the kernel builds here, else vllm)")
     group.add_argument("--rounds", type=int, default=1,
                        help="start and measure every server this many times, the order rotated each round "
                        "(vllm,ngram,entmtp then ngram,entmtp,vllm, ...); the table shows each method's median round "
@@ -189,6 +192,7 @@ def run_serve_cmd(args: argparse.Namespace) -> int:
         server_args=server_args,
         eager=args.eager,
         in_process=args.in_process,
+        cpu_gemm=args.cpu_gemm,
         client=args.client,
         health_timeout=args.health_timeout,
         ngram_num_speculative_tokens=ngram[0],
@@ -231,6 +235,7 @@ def run_offline_cmd(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         model=args.model,
         dtype=args.dtype,
+        cpu_gemm=args.cpu_gemm,
         threads=args.threads,
         temperature=sampling.temperature,
         top_k=sampling.top_k,

@@ -14,10 +14,14 @@ from entmtp_vllm.tree import SPEC_FORMS
 def add_decoding_args(parser: argparse.ArgumentParser, seed_flag: str = "--seed") -> None:
     """Model, precision, sampling and acceptance options shared by `generate` and `bench offline`
     (where `--seed` already picks the prompts, so the sampling seed is `--sampling-seed`)."""
+    from entmtp_vllm.config import CPU_GEMM
     from entmtp_vllm.engine.defaults import DTYPE_CHOICES
 
     parser.add_argument("--model", help="Hugging Face folder or hub id (default: the embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--dtype", choices=DTYPE_CHOICES, default="float32", help="model precision (default: %(default)s)")
+    parser.add_argument("--cpu-gemm", choices=("auto", "packed", "torch"), default=CPU_GEMM.reference_engine,
+                        help="the model's linear layers: packed (EntMTP's CPU kernel, float32: a step of a few "
+                        "tokens costs little more than one), torch (MKL), auto (packed where it runs) (default: %(default)s)")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default: %(default)s)")
     parser.add_argument("--top-k", type=int, default=0, help="0 disables (default: %(default)s)")
     parser.add_argument("--top-p", type=float, default=1.0, help="1.0 disables (default: %(default)s)")
@@ -107,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     if method == "tree":
         bank, policy, label = load_trees(args.tree, args.name, args.bank, args.policy)
 
-    model, tokenizer = load_target(args.model, args.dtype)
+    model, tokenizer = load_target(args.model, args.dtype, cpu_gemm=args.cpu_gemm)
     drafter = load_drafter(args.heads, model) if method == "tree" else None
     engine = ReferenceEngine(model, tokenizer, drafter, bank, policy)
 
@@ -119,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.json:
         out = generation.as_dict(with_steps=True)
-        out.update({"num_steps": len(generation.steps), "trees": label, "dtype": args.dtype, "threads": args.threads})
+        out.update({"num_steps": len(generation.steps), "trees": label, "dtype": args.dtype, "threads": args.threads,
+                    "cpu_gemm": model.entmtp_cpu_gemm})
         print(json.dumps(out))
         return 0
     print(generation.text)

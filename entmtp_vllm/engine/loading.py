@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from entmtp_vllm.bank_file import load_bank, resolve_policy, resolve_trees
+from entmtp_vllm.config import CPU_GEMM
 from entmtp_vllm.engine.defaults import DEFAULT_BANK, DTYPE_CHOICES
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.policies import Policy
@@ -37,8 +38,14 @@ def parse_dtype(name: str | torch.dtype) -> torch.dtype:
         raise EntMTPError(f"unknown dtype {name!r}; use one of: {', '.join(DTYPE_CHOICES)}") from None
 
 
-def load_target(model: str | None = None, dtype: str | torch.dtype = "float32", attn_implementation: str = "sdpa"):
-    """(model, tokenizer) for `--model` (None: the embedded SmolLM2), in eval mode on CPU."""
+def load_target(
+    model: str | None = None,
+    dtype: str | torch.dtype = "float32",
+    attn_implementation: str = "sdpa",
+    cpu_gemm: str = CPU_GEMM.reference_engine,
+):
+    """(model, tokenizer) for `--model` (None: the embedded SmolLM2), in eval mode on CPU, its
+    linear layers on the matrix multiply `cpu_gemm` names (`model.entmtp_cpu_gemm` says which ran)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -53,7 +60,31 @@ def load_target(model: str | None = None, dtype: str | torch.dtype = "float32", 
         lm = AutoModelForCausalLM.from_pretrained(where, dtype=torch_dtype, attn_implementation=attn_implementation)
     except OSError as exc:
         raise EntMTPError(f"cannot load model {where}: {str(exc).splitlines()[0]}") from None
+    lm.entmtp_cpu_gemm = use_cpu_gemm(lm, cpu_gemm)
     return lm.eval(), tokenizer
+
+
+def use_cpu_gemm(model, choice: str) -> str:
+    """Put `model`'s linear layers on the matrix multiply `choice` (auto / packed / torch, see
+    `CpuGemmConfig.reference_engine`); returns which one they run on."""
+    from entmtp_vllm.cpu_gemm.build import CpuGemmUnavailable
+    from entmtp_vllm.cpu_gemm.hf_model import use_packed_gemm
+
+    if choice not in ("auto", "packed", "torch"):
+        raise EntMTPError(f"unknown CPU matrix multiply {choice!r}; use auto, packed or torch")
+    if choice == "torch":
+        return "torch"
+    if model.dtype != torch.float32:
+        if choice == "packed":
+            raise EntMTPError(f"--cpu-gemm packed takes a float32 model, not {model.dtype} (pass --dtype float32)")
+        return "torch"
+    try:
+        use_packed_gemm(model)
+    except CpuGemmUnavailable as exc:
+        if choice == "packed":
+            raise EntMTPError(f"--cpu-gemm packed: {exc}") from None
+        return "torch"
+    return "packed"
 
 
 def default_heads_folder(kind: str = "hydra") -> Path:

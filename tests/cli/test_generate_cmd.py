@@ -81,6 +81,12 @@ def test_generate_tree_equals_ar_and_plain_output(tiny_folders, capsys):
     assert tree["method"] == "tree" and tree["trees_used"] == {"full:2,2,1": len(tree["steps"])}
     assert tree["token_ids"] == ar["token_ids"]
     assert len(tree["accept_lengths"]) == len(tree["steps"])
+    # torch's matrix multiply instead of the default (packed where it builds): tree equals AR there
+    # too, and each output says which one ran
+    torch_ar = run_json(capsys, *common, "--method", "ar", "--cpu-gemm", "torch")
+    torch_tree = run_json(capsys, *common, "--heads", str(heads_dir), "--tree", "full:2,2,1", "--cpu-gemm", "torch")
+    assert torch_tree["cpu_gemm"] == torch_ar["cpu_gemm"] == "torch" and tree["cpu_gemm"] in ("packed", "torch")
+    assert torch_tree["token_ids"] == torch_ar["token_ids"]
     assert main(["generate", *common, "--heads", str(heads_dir), "--tree", "chain:2"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert "tok/s" in lines[-1] and "mean accept length" in lines[-1]
