@@ -143,7 +143,8 @@ def engine_settings(args: RayServeArgs, cpu: bool | None = None) -> tuple[str, d
         if reserved in args.engine_kwargs:
             raise EntMTPError(f"engine_kwargs.{reserved}: give the model as entmtp.model and its name as model_id")
     extra = _kwarg_args(args.engine_kwargs)
-    options = args.entmtp.model_copy(update={"vllm_args": extra, "in_process": False})
+    # replicas get engine arguments, not the command's variables: vLLM's own CPU matrix multiply
+    options = args.entmtp.model_copy(update={"vllm_args": extra, "in_process": False, "cpu_gemm": "vllm"})
     command = build_serve_command(options, cpu=cpu)
     added = command.argv[: len(command.argv) - len(extra)]
     kwargs = _argv_kwargs(added)

@@ -180,3 +180,42 @@ def test_no_room_for_one_sequence_names_a_length_that_fits(tmp_path):
     built = build_serve_command(ServeOptions(model=str(tmp_path), vllm_args=["--max-model-len", str(fits)]),
                                 cpu=True, memory=ROOMY, environ={}, flags=BF16)
     assert "--kv-cache-memory-bytes" in built.argv
+
+
+def _packed_kernel_builds() -> bool:
+    from entmtp_vllm.cpu_gemm.build import CpuGemmUnavailable, load_library
+
+    try:
+        load_library()
+    except CpuGemmUnavailable:
+        return False
+    return True
+
+
+def test_cpu_matrix_multiply_follows_the_dtype_and_the_users_choice():
+    gemm = "ENTMTP_CPU_GEMM"
+    assert gemm not in _build(flags=BF16).env  # vLLM's dtype (bf16 here): vLLM's own matrix multiply
+    assert _build(flags=AVX2, cpu_gemm="vllm").env[gemm] == "vllm"
+    assert gemm not in _build(cpu=False, flags=AVX2).env  # GPUs: never
+    # a variable the caller set wins in automatic mode, and is said
+    env_set = _build(flags=AVX2, environ={gemm: "vllm"})
+    assert gemm not in env_set.env and any("from the environment" in note for note in env_set.notes)
+    with pytest.raises(EntMTPError, match="float32") as info:
+        _build(flags=BF16, cpu_gemm="packed")
+    assert "\n" not in str(info.value)
+    if _packed_kernel_builds():
+        auto = _build(flags=AVX2)
+        assert auto.env[gemm] == "packed" and auto.shell().startswith("ENTMTP_CPU_GEMM=packed ")
+        assert any("packed kernel" in note for note in auto.notes)
+        assert _build(flags=BF16, cpu_gemm="packed", dtype="float32").env[gemm] == "packed"
+
+
+def test_cpu_matrix_multiply_without_a_compiler(monkeypatch, tmp_path):
+    from entmtp_vllm.cpu_gemm import build
+
+    monkeypatch.setattr(build, "_load", lambda: (None, "no C++ compiler found (set CXX, or install g++)"))
+    auto = _build(flags=AVX2)
+    assert "ENTMTP_CPU_GEMM" not in auto.env
+    assert any("vLLM's own (EntMTP's packed kernel is unavailable: no C++ compiler" in note for note in auto.notes)
+    with pytest.raises(EntMTPError, match="--cpu-gemm packed: no C\\+\\+ compiler"):
+        _build(flags=AVX2, cpu_gemm="packed")

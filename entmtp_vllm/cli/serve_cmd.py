@@ -54,6 +54,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "(VLLM_ENABLE_V1_MULTIPROCESSING=0 and --distributed-executor-backend uni; vLLM's CPU platform "
                         "turns uni alone back into its multiprocess executor). Left out when the vLLM arguments "
                         "choose an executor or several devices (default off: vLLM's own process layout)")
+    parser.add_argument("--cpu-gemm", choices=("packed", "vllm"), default=None,
+                        help="on CPU, the linear layers' matrix multiply: packed (EntMTP's kernel: a step verifying "
+                        "a few tokens costs little more than one token; float32 only) or vllm (vLLM's own, oneDNN). "
+                        "Default: packed when the model runs in float32 and the kernel builds here (it needs a C++ "
+                        "compiler and AVX2 + FMA), else vllm")
     parser.add_argument("--dry-run", action="store_true", help="print the command and exit")
     parser.add_argument("vllm_args", nargs=argparse.REMAINDER, help="-- then extra `vllm serve` arguments")
     parser.set_defaults(func=run)
@@ -64,7 +69,8 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
     return ServeOptions(
         model=args.model, heads=args.heads, bank=args.bank, tree=args.tree, policy=args.policy,
         acceptance=args.acceptance, config=args.config, num_speculative_tokens=args.num_speculative_tokens,
-        dtype=args.dtype, eager=args.eager, in_process=args.in_process, vllm_args=list(args.vllm_args),
+        dtype=args.dtype, eager=args.eager, in_process=args.in_process, cpu_gemm=args.cpu_gemm,
+        vllm_args=list(args.vllm_args),
     )
 
 

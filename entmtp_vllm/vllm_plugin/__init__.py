@@ -30,6 +30,9 @@ def register() -> None:
     """vLLM general plugin: tree attention backends, the `method: entmtp` form, config checks."""
     from entmtp_vllm.vllm_plugin.install import register_attention_backends, wrap_engine_args, wrap_platform
 
+    from entmtp_vllm.cpu_gemm import vllm_gemm
+
     register_attention_backends()
     wrap_engine_args()
     wrap_platform()
+    vllm_gemm.install()

@@ -310,21 +310,31 @@ def test_server_commands_share_one_base():
     assert spec == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
     assert json.loads(entmtp[entmtp.index("--speculative-config") + 1])["model"] == "entmtp_vllm.EntMTP"
     assert json.loads(entmtp[entmtp.index("--additional-config") + 1])["entmtp"]["bank"] == "chain:2"
-    sizes = set()
+    sizes, gemms = set(), set()
     for built in commands.values():
         command = built.argv
         assert "--max-model-len" in command and command[command.index("--dtype") + 1] == "float32"
-        # vLLM's own process layout unless asked otherwise: no executor option, no variable
-        assert "--distributed-executor-backend" not in command and built.env == {}
+        # vLLM's own process layout unless asked otherwise: no executor option, no variable for it
+        assert "--distributed-executor-backend" not in command and _without_gemm(built.env) == {}
         sizes.add(command[command.index("--kv-cache-memory-bytes") + 1])  # sized once for every server
-    assert len(sizes) == 1
+        gemms.add(built.env.get("ENTMTP_CPU_GEMM"))  # one matrix multiply for every server
+    assert len(sizes) == 1 and len(gemms) == 1
     inside = bench.make_config(bench.CompareConfig, in_process=True)
     for built in bench.server_commands(inside, bench._entmtp_command(inside, "org/model"), "h", 1).values():
-        assert built.env == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+        assert _without_gemm(built.env) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
         assert built.argv[built.argv.index("--distributed-executor-backend") + 1] == "uni"
     mine = bench.make_config(bench.CompareConfig, in_process=True, server_args=["--distributed-executor-backend=mp"])
     for built in bench.server_commands(mine, bench._entmtp_command(mine, "org/model"), "h", 1).values():
-        assert "--distributed-executor-backend=mp" in built.argv and "uni" not in built.argv and built.env == {}
+        assert "--distributed-executor-backend=mp" in built.argv and "uni" not in built.argv
+        assert _without_gemm(built.env) == {}
+    off = bench.make_config(bench.CompareConfig, cpu_gemm="vllm", server_args=["--dtype", "float32"])
+    for built in bench.server_commands(off, bench._entmtp_command(off, "org/model"), "h", 1).values():
+        assert built.env["ENTMTP_CPU_GEMM"] == "vllm"
+
+
+def _without_gemm(env: dict[str, str]) -> dict[str, str]:
+    """A server's variables but the CPU matrix multiply's (tested in test_serve_command.py)."""
+    return {key: value for key, value in env.items() if key != "ENTMTP_CPU_GEMM"}
 
 
 # --------------------------------------------------------------------------------- bad input

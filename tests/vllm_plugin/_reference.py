@@ -24,6 +24,10 @@ def main() -> None:
 
     job = json.loads(Path(sys.argv[1]).read_text())
     llm = LLM(**engine_kwargs(job["model"]))
+    if os.environ.get("ENTMTP_CPU_GEMM") == "packed":  # the reference really ran on the packed kernel
+        from entmtp_vllm.cpu_gemm.vllm_gemm import packed_layers
+
+        assert packed_layers() > 0, "ENTMTP_CPU_GEMM=packed, but no layer was packed"
     params = sampling_params(job["max_tokens"], job.get("temperature", 0.0), job.get("seeds"), **job.get("extra", {}))
     if job.get("per_prompt"):
         params = []

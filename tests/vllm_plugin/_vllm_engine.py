@@ -75,11 +75,14 @@ def sampling_params(max_tokens: int, temperature: float = 0.0, seeds: list[int] 
     return [SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed, **extra) for seed in seeds]
 
 
-def run_reference(request, job: dict) -> list[list[int]]:
-    """Outputs of vLLM without speculation for `job` (see _reference.py), cached by content."""
+def run_reference(request, job: dict, env: dict[str, str] | None = None) -> list[list[int]]:
+    """Outputs of vLLM without speculation for `job` (see _reference.py), cached by content;
+    `env`: variables the reference engine is built with (e.g. `ENTMTP_CPU_GEMM`)."""
     import vllm
 
-    key = hashlib.sha256(json.dumps([vllm.__version__, DTYPE, MAX_MODEL_LEN, job], sort_keys=True).encode()).hexdigest()[:16]
+    env = env or {}
+    parts = [vllm.__version__, DTYPE, MAX_MODEL_LEN, job] + ([env] if env else [])
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
     folder = Path(request.config.cache.mkdir("entmtp_vllm_reference"))
     out = folder / f"{key}.json"
     if not out.is_file():
@@ -88,7 +91,7 @@ def run_reference(request, job: dict) -> list[list[int]]:
         subprocess.run(
             [sys.executable, str(HERE / "_reference.py"), str(job_file), str(out)],
             check=True,
-            env={**ENGINE_ENV, **os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
+            env={**ENGINE_ENV, **os.environ, **env, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
             timeout=1800,
         )
     return json.loads(out.read_text())

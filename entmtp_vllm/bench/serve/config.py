@@ -137,6 +137,10 @@ class CompareConfig(ServeBenchConfig):
     """Run every server's engine core and worker inside its API server process
     (`ServeOptions.in_process`; `entmtp serve --in-process`). Off: vLLM's own process layout."""
 
+    cpu_gemm: Literal["packed", "vllm"] | None = None
+    """On CPU, every server's matrix multiply (`ServeOptions.cpu_gemm`; `entmtp serve --cpu-gemm`):
+    the choice is made once and given to all servers alike. None: automatic."""
+
     client: Literal["entmtp", "vllm"] = "entmtp"
     """Load generator: this package's streaming client, or vLLM's own `vllm bench serve`
     (`vllm_client.py`), whose results fill the same tables."""

@@ -113,7 +113,7 @@ def _entmtp_command(config: CompareConfig, model: str) -> ServeCommand:
             model=model, heads=config.heads, bank=config.bank, tree=config.tree, policy=config.policy,
             acceptance=config.acceptance, config=config.entmtp_config,
             num_speculative_tokens=config.num_speculative_tokens, eager=config.eager,
-            in_process=config.in_process, vllm_args=list(config.server_args),
+            in_process=config.in_process, cpu_gemm=config.cpu_gemm, vllm_args=list(config.server_args),
         )
     )
 
