@@ -38,7 +38,7 @@ def _sections():
             "Defaults of the library and the front door",
             "The models in `entmtp_vllm/config.py`, where every default of EntMTP is defined once "
             "(`TypicalConfig`, `StepBudgetConfig` and `StepCostPrior` are listed above).",
-            [core.SamplingParams, core.FeatureConfig, core.EmbeddedModel, core.KVCacheSizing],
+            [core.SamplingParams, core.FeatureConfig, core.EmbeddedModel, core.KVCacheSizing, core.CpuGemmConfig],
         ),
     ]
 
