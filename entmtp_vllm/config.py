@@ -218,7 +218,6 @@ class CpuGemmConfig(_Config):
     (prefills) the engine's own. Up to here the packed kernel was faster than MKL and oneDNN on
     the AVX2 machine (docs/results/cpu_gemm)."""
 
-
     reference_engine: Literal["auto", "packed", "torch"] = "auto"
     """The reference engine's linear layers (`entmtp generate`, `entmtp bench offline`, the tree
     search): `packed` (float32 only; an error where the kernel cannot run), `torch` (torch's own,

@@ -180,24 +180,18 @@ def cpu_gemm_env(choice: str | None, dtype: str | None, environ: dict[str, str])
     model runs in `dtype` (None: vLLM's choice, not float32). In automatic mode a variable the caller
     already set wins."""
     from entmtp_vllm.config import CPU_GEMM
-    from entmtp_vllm.cpu_gemm.build import CpuGemmUnavailable, load_library
+    from entmtp_vllm.cpu_gemm.choice import why_not_packed
 
     if choice == "vllm":
         return {CPU_GEMM.env: "vllm"}, None
     if choice is None and CPU_GEMM.env in environ:
         return {}, f"CPU matrix multiply: {CPU_GEMM.env}={environ[CPU_GEMM.env]} from the environment"
     float32 = dtype in ("float32", "fp32", "float")
-    if not float32:
-        if choice == "packed":
-            raise EntMTPError(f"--cpu-gemm packed takes a float32 model; this server runs in {dtype or 'the model dtype'} "
-                              "(pass --dtype float32, or --cpu-gemm vllm)")
-        return {}, None
-    try:
-        load_library()
-    except CpuGemmUnavailable as exc:
-        if choice == "packed":
-            raise EntMTPError(f"--cpu-gemm packed: {exc}") from None
-        return {}, f"CPU matrix multiply: vLLM's own (EntMTP's packed kernel is unavailable: {exc})"
+    reason = why_not_packed(choice == "packed", dtype or "the model's dtype", float32)
+    if reason:
+        if not float32:  # automatic: a model in another dtype keeps vLLM's own, nothing to say
+            return {}, None
+        return {}, f"CPU matrix multiply: vLLM's own (EntMTP's packed kernel is unavailable: {reason})"
     return {CPU_GEMM.env: "packed"}, (
         f"CPU matrix multiply: EntMTP's packed kernel for steps of <= {CPU_GEMM.max_rows} tokens ({CPU_GEMM.env}=packed; "
         "its cost grows slowly with the tokens a step verifies, docs/results/cpu_gemm); pass --cpu-gemm vllm for vLLM's own"

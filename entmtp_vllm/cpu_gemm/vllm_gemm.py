@@ -2,8 +2,8 @@
 
 vLLM's CPU worker picks each unquantized linear layer's matrix multiply once, after loading
 (`model_executor/layers/utils.py`, `dispatch_cpu_unquantized_gemm`: oneDNN on x86, the LM head
-included). `install()` (the plugin's `register`) wraps that choice: a float32 weight is packed before vLLM's own dispatch
-runs (which may drop the weight), and the layer's `cpu_linear` becomes the packed kernel for
+included). `install()` (the plugin's `register`) wraps that choice: a float32 weight is packed
+before vLLM's own dispatch runs (which may drop the weight), and the layer's `cpu_linear` becomes the packed kernel for
 steps of at most `CPU_GEMM.max_rows` tokens, vLLM's choice for larger ones (prefills). Nothing
 changes unless the variable says `packed`, so a plain `vllm serve` on a machine with EntMTP
 installed keeps vLLM's behaviour.

@@ -67,23 +67,17 @@ def load_target(
 def use_cpu_gemm(model, choice: str) -> str:
     """Put `model`'s linear layers on the matrix multiply `choice` (auto / packed / torch, see
     `CpuGemmConfig.reference_engine`); returns which one they run on."""
-    from entmtp_vllm.cpu_gemm.build import CpuGemmUnavailable
+    from entmtp_vllm.cpu_gemm.choice import why_not_packed
     from entmtp_vllm.cpu_gemm.hf_model import use_packed_gemm
 
     if choice not in ("auto", "packed", "torch"):
         raise EntMTPError(f"unknown CPU matrix multiply {choice!r}; use auto, packed or torch")
     if choice == "torch":
         return "torch"
-    if model.dtype != torch.float32:
-        if choice == "packed":
-            raise EntMTPError(f"--cpu-gemm packed takes a float32 model, not {model.dtype} (pass --dtype float32)")
+    dtype = str(model.dtype).removeprefix("torch.")
+    if why_not_packed(choice == "packed", dtype, model.dtype == torch.float32):
         return "torch"
-    try:
-        use_packed_gemm(model)
-    except CpuGemmUnavailable as exc:
-        if choice == "packed":
-            raise EntMTPError(f"--cpu-gemm packed: {exc}") from None
-        return "torch"
+    use_packed_gemm(model)
     return "packed"
 
 
