@@ -71,3 +71,21 @@ def install() -> None:
 
     if not getattr(utils.dispatch_cpu_unquantized_gemm, "entmtp_packed", False):
         utils.dispatch_cpu_unquantized_gemm = _wrap(utils.dispatch_cpu_unquantized_gemm)
+
+
+def use_packed_heads(drafter) -> int:
+    """The EntMTP proposer's draft heads on the packed kernel too, when the variable asks for it
+    (float32 heads on CPU); returns how many head layers were routed (0: torch's own)."""
+    if not requested():
+        return 0
+    from vllm.logger import init_logger
+
+    from entmtp_vllm.cpu_gemm.hf_model import use_packed_drafter
+
+    try:
+        count = use_packed_drafter(drafter)
+    except CpuGemmUnavailable as exc:
+        init_logger("vllm.entmtp.cpu_gemm").warning("%s=packed: the heads keep torch's matrix multiply (%s)",
+                                                    CPU_GEMM.env, exc)
+        return 0
+    return count

@@ -91,7 +91,8 @@ def default_heads_folder(kind: str = "hydra") -> Path:
 def load_drafter(heads: str | os.PathLike[str] | None, model, kind: str = "hydra", full_vocab: bool = False):
     """A `TreeDrafter` over the heads in folder `heads` (None: the shipped `kind` heads),
     checked against `model` (hidden size, vocabulary) and cast to its dtype. The heads rank
-    only the folder's draft vocabulary (`draft_vocab.json`) when it has one, unless `full_vocab`."""
+    only the folder's draft vocabulary (`draft_vocab.json`) when it has one, unless `full_vocab`.
+    The heads run on the packed CPU matrix multiply when the target's linear layers do."""
     from entmtp_vllm.heads.checkpoint import load_heads
     from entmtp_vllm.heads.draft_vocab import load_draft_vocab
     from entmtp_vllm.heads.drafting import TreeDrafter
@@ -106,9 +107,14 @@ def load_drafter(heads: str | os.PathLike[str] | None, model, kind: str = "hydra
     param = next(model.parameters())
     loaded = load_heads(folder, model.config, dtype=param.dtype, device=param.device)
     vocab = None if full_vocab or loaded.own_lm_head else load_draft_vocab(folder, loaded.vocab_size)
-    return TreeDrafter(
+    drafter = TreeDrafter(
         loaded, model.get_input_embeddings().weight, model.get_output_embeddings().weight, draft_vocab=vocab
     )
+    if getattr(model, "entmtp_cpu_gemm", None) == "packed":  # the heads on the target's matrix multiply
+        from entmtp_vllm.cpu_gemm.hf_model import use_packed_drafter
+
+        use_packed_drafter(drafter)
+    return drafter
 
 
 def load_trees(

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -90,6 +91,10 @@ class TreeDrafter:
                     f"({heads.vocab_size}, {heads.hidden_size}): use heads trained for this model"
                 )
         self.prefix_cache = PrefixCache() if heads.prefix is not None else None
+        self.lm_head_linear: Callable[[torch.Tensor], torch.Tensor] | None = None
+        """The shared LM head's projection (`lm_head_weight`, cut to the draft vocabulary) as a
+        layer of its own, e.g. the packed CPU matrix multiply (`cpu_gemm.hf_model.use_packed_drafter`);
+        None: a plain matrix multiply by `lm_head_weight`."""
         self.draft_vocab = None
         if draft_vocab is not None:
             if lm_head_weight is None or heads.own_lm_head:
@@ -100,6 +105,13 @@ class TreeDrafter:
     @property
     def max_depth(self) -> int:
         return self.heads.num_heads
+
+    def head_logits(self, depth: int, hidden: torch.Tensor, path_token_embeddings: torch.Tensor) -> torch.Tensor:
+        """Head `depth`'s logits (over the draft vocabulary when there is one) for rows of
+        base hidden states and their paths' token embeddings."""
+        if self.lm_head_linear is None:
+            return self.heads.head_logits(depth, hidden, path_token_embeddings, self.lm_head_weight)
+        return self.lm_head_linear(self.heads.head_hidden(depth, hidden, path_token_embeddings))
 
     def fork(self) -> "TreeDrafter":
         """A drafter on the same heads and weights with its own per-sequence state (the prefix
@@ -267,7 +279,7 @@ def compute_heads(drafter: TreeDrafter, work: list[tuple[DraftStep, list[Path_]]
     emb = drafter.embed_weight[tokens].to(drafter.device, drafter.dtype)  # [P, depth, H]
     hiddens = [step.hidden for step, _ in rows]
     hidden = hiddens[0].expand(len(rows), -1) if all(h is hiddens[0] for h in hiddens) else torch.stack(hiddens)
-    logits = drafter.heads.head_logits(depth, hidden, emb, drafter.lm_head_weight).float()
+    logits = drafter.head_logits(depth, hidden, emb).float()
     for (step, path), row in zip(rows, logits):
         step._logits[step._key(path)] = row
 

@@ -50,6 +50,9 @@ class ProposerStats:
     prefix_gaps: int = 0
     """Steps whose accepted positions did not follow a request's prefix-layer cache (heads with a
     prefix layer): positions decoded by vLLM's sampler alone, or a misplaced position."""
+    packed_head_layers: int = 0
+    """The heads' layers on the packed CPU matrix multiply (`ENTMTP_CPU_GEMM=packed`), the shared
+    LM head's projection included; 0: torch's own."""
     steps_timed: int = 0
     """Engine steps timed (from `execute_model` to the end of `sample_tokens`)."""
     step_seconds: float = 0.0
@@ -77,6 +80,7 @@ class ProposerStats:
             "budget_empty": self.budget_empty,
             "gate_skips": self.gate_skips,
             "prefix_gaps": self.prefix_gaps,
+            "packed_head_layers": self.packed_head_layers,
             "steps_timed": self.steps_timed,
             "step_seconds": self.step_seconds,
             "overhead_seconds": dict(self.overhead_seconds),

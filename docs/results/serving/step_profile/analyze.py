@@ -14,6 +14,8 @@ from pathlib import Path
 
 # (category, substrings of a frame "function (path:line)"), innermost match first
 CATEGORIES = [
+    # EntMTP's packed matrix multiply runs the model's linear layers (entmtp_vllm/cpu_gemm).
+    ("model forward: linear layers (packed kernel)", ["entmtp_vllm/cpu_gemm/"]),
     ("EntMTP: drafting", ["entmtp_vllm/heads/", "propose_trees", "entmtp_vllm/step_budget", "entmtp_vllm/step_cost"]),
     ("EntMTP: tree attention / compaction", ["entmtp_vllm/vllm_plugin/attention", "entmtp_vllm/vllm_plugin/tree_step",
                                              "entmtp_vllm/vllm_plugin/compaction", "_entmtp_compact"]),

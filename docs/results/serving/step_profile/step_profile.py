@@ -7,6 +7,8 @@ MT-bench test prompts at once (greedy, MAX_TOKENS each) while `py-spy` samples i
 writes `<out>/<mode>.json`: wall time, output tokens, engine steps and EntMTP's counters.
 
     python step_profile.py nospec|entmtp OUT_DIR [PROMPTS] [MAX_TOKENS]
+
+ENTMTP_CONFIG (JSON) becomes the plugin's settings (`--additional-config '{"entmtp": ...}'`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ def main() -> None:
                   kv_cache_memory_bytes=2 << 30, distributed_executor_backend="uni")
     if mode == "entmtp":
         kwargs["speculative_config"] = {"model": "entmtp_vllm.EntMTP", "num_speculative_tokens": 6}
+        if os.environ.get("ENTMTP_CONFIG"):  # e.g. '{"batch_fallback": {"max_batch": 1}}': no drafts above 1 request
+            kwargs["additional_config"] = {"entmtp": json.loads(os.environ["ENTMTP_CONFIG"])}
     llm = LLM(**kwargs)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
     llm.generate(prompts[:4], SamplingParams(temperature=0.0, max_tokens=16), use_tqdm=False)  # warm-up
