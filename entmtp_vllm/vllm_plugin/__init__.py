@@ -13,6 +13,7 @@ registers overrides; the heavy parts load when an engine asks for them:
 - `gpu_attention.py` `FLASH_ATTN` / `TRITON_ATTN` with per-request tree masks (Triton kernel)
 - `gpu.py`         the kernels' call sites on vLLM's CUDA cache layout
 - `support.py`     what the tree path refuses at start-up
+- `draft_handoff.py` the step's drafts carried back with its output (no extra round trip)
 - `install.py`     what `register()` changes in vLLM
 
 Use:
@@ -31,8 +32,10 @@ def register() -> None:
     from entmtp_vllm.vllm_plugin.install import register_attention_backends, wrap_engine_args, wrap_platform
 
     from entmtp_vllm.cpu_gemm import vllm_gemm
+    from entmtp_vllm.vllm_plugin import draft_handoff
 
     register_attention_backends()
     wrap_engine_args()
     wrap_platform()
     vllm_gemm.install()
+    draft_handoff.install()

@@ -17,6 +17,9 @@
    there): the CPU platform gets a Ray device (Ray's logical `GPU` resource, which the cluster
    declares) in every process, and an engine with that executor gets Ray's setup hook that does
    the same in its worker actors (`ray_cpu.py`).
+5. vLLM's multiprocess executor answers `take_draft_token_ids` from the drafts EntMTP's runner
+   attached to the step's output, instead of a round trip to the worker (`draft_handoff.py`);
+   `cpu_gemm/vllm_gemm.py` wraps vLLM's CPU linear dispatch (`ENTMTP_CPU_GEMM=packed`).
 """
 
 from __future__ import annotations

@@ -22,6 +22,9 @@ tree positions, the attention's tree step), `verify` (acceptance rules and the r
 `compact` (KV compaction), `draft` (policy, heads, step budget). Their ratio is EntMTP's share
 of the step time.
 
+`entmtp_draft_handoffs` counts, in the engine core, the steps whose drafts came back with the
+step's output instead of a `take_draft_token_ids` round trip (`draft_handoff.py`).
+
 `entmtp_step_cost_ms{coefficient}` is the step-cost model the step budget plans with (fixed,
 per_request, per_token, per_tree_token milliseconds), refreshed every 64 learnt steps.
 
@@ -69,6 +72,9 @@ def _counter_family(prometheus: Any) -> dict[str, Any]:
         "prefix_gaps": Counter("entmtp_prefix_gaps", "Steps whose accepted positions did not follow a request's prefix-layer cache"),
         "step_seconds": Counter("entmtp_step_seconds", "Wall seconds of the engine steps (forward, verification, drafting)"),
         "steps_timed": Counter("entmtp_steps", "Engine steps timed in entmtp_step_seconds"),
+        "draft_handoffs": Counter(
+            "entmtp_draft_handoffs", "Steps whose drafts came back with the step's output (no round trip to the worker)"
+        ),
         "overhead_seconds": Counter(
             "entmtp_overhead_seconds", "Seconds EntMTP itself spent in the steps, by phase", ["phase"]
         ),

@@ -17,7 +17,8 @@ One decode step, top to bottom (line numbers of vLLM 0.32.0, `v1/worker/gpu_mode
    (`_entmtp_compact`, the platform's); returns `[accepted drafts..., bonus]` rows padded with -1.
 5. `propose_draft_token_ids` (:4748): hands the drafter the request ids, the hidden state at
    each request's last accepted node and the verifier's p0 / entropy there; keeps the returned
-   proposals for step 2 of the next step and gives vLLM their drafts.
+   proposals for step 2 of the next step and gives vLLM their drafts, which travel back to the
+   engine core with the step's output (`draft_handoff.py`: no extra round trip for them).
 
 Every step is timed from `execute_model` to the end of `sample_tokens` (the drafting included),
 plus the gap since the previous step when steps run back to back (the engine's scheduling):
@@ -53,13 +54,14 @@ import numpy as np
 import torch
 
 from vllm.logger import init_logger
-from vllm.v1.outputs import SamplerOutput
+from vllm.v1.outputs import ModelRunnerOutput, SamplerOutput
 
 from entmtp_vllm.acceptance import accept, accept_greedy
 from entmtp_vllm.config import SamplingParams
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.features import entropy as entropy_of
 from entmtp_vllm.sampling import greedy_tokens, processed_probs, sample
+from entmtp_vllm.vllm_plugin.draft_handoff import attach as attach_drafts
 from entmtp_vllm.vllm_plugin.proposer import DraftRequest, EntMTPProposer, Proposal
 from entmtp_vllm.vllm_plugin.step_plan import StepPlan, Verification, core_params, unsupported
 from entmtp_vllm.vllm_plugin.tree_step import TREE_STEP_ATTR, TreeStep
@@ -132,6 +134,8 @@ class TreeRunnerMixin:
 
     def sample_tokens(self, grammar_output):
         output = super().sample_tokens(grammar_output)
+        if self._entmtp is not None and isinstance(output, ModelRunnerOutput):
+            output = attach_drafts(output, self.take_draft_token_ids())  # no round trip for them
         started, self._entmtp_started = self._entmtp_started, None
         if started is not None:
             ended = time.perf_counter()

@@ -187,6 +187,8 @@ def test_metrics_show_entmtp_series(server):
     for family in ("entmtp_tree_steps", "entmtp_drafted_nodes", "entmtp_accepted_tokens", "entmtp_active_requests"):
         assert family in entmtp, entmtp
     assert snapshot.total("entmtp_tree_steps") > 0
+    # the engine core took the drafts from the steps' outputs, not by a round trip to the worker
+    assert snapshot.total("entmtp_draft_handoffs") > 0
     assert snapshot.total("vllm:spec_decode_num_drafts") > 0
     assert snapshot.total("vllm:spec_decode_num_draft_tokens") > 0
 
