@@ -134,9 +134,35 @@ def register_serve(sub: argparse._SubParsersAction) -> None:
     group.add_argument("--num-speculative-tokens", type=int, help="EntMTP draft budget (default: largest tree's nodes - 1)")
     group.add_argument("--entmtp-config", metavar="JSON", help="EntMTP: further settings as a JSON object "
                        "(entmtp serve --config), e.g. '{\"budget\": null}'")
+    group.add_argument("--variant", action="append", default=[], metavar="LABEL=JSON",
+                       help="a further EntMTP server, method entmtp-LABEL: the entmtp server with these settings laid "
+                       "over --entmtp-config, e.g. --variant 'chain4={\"bank\": \"chain4.json\"}' (repeatable; "
+                       "added to --methods unless listed there), so EntMTP configurations meet one baseline in one run")
     group.add_argument("--ngram-config", default="4,4,2", help="ngram: num_speculative_tokens,prompt_lookup_max,"
                        "prompt_lookup_min (default: %(default)s)")
     serve.set_defaults(func=run_serve_cmd)
+
+
+def parse_variants(values: list[str]) -> dict[str, dict]:
+    """`["chain4={...}", ...]` (`--variant LABEL=JSON`) -> {label: settings}, one-line errors."""
+    import json
+
+    variants: dict[str, dict] = {}
+    for value in values:
+        label, equals, text = value.partition("=")
+        label = label.strip()
+        if not equals or not label:
+            raise EntMTPError(f"--variant {value!r}: write LABEL=JSON, e.g. chain4='{{\"bank\": \"chain4.json\"}}'")
+        if label in variants:
+            raise EntMTPError(f"--variant {label}: given twice")
+        try:
+            settings = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise EntMTPError(f"--variant {label}: invalid JSON ({exc.msg})") from None
+        if not isinstance(settings, dict):
+            raise EntMTPError(f"--variant {label}: the settings must be a JSON object, got {type(settings).__name__}")
+        variants[label] = settings
+    return variants
 
 
 def run_serve_cmd(args: argparse.Namespace) -> int:
@@ -174,10 +200,9 @@ def run_serve_cmd(args: argparse.Namespace) -> int:
             paths = bench.write_report(results, args.out)
             print(f"wrote {paths['json']}, {paths['markdown']}, {paths['png']}", file=sys.stderr)
         return 0
+    variants = parse_variants(args.variant)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in bench.COMPARE_METHODS]
-    if unknown:
-        raise EntMTPError(f"--methods: unknown server {unknown[0]!r}; choose from {', '.join(bench.COMPARE_METHODS)}")
+    methods += [bench.VARIANT_PREFIX + label for label in variants if bench.VARIANT_PREFIX + label not in methods]
     ngram = bench.parse_int_list(args.ngram_config, "--ngram-config")
     if len(ngram) != 3:
         raise EntMTPError("--ngram-config takes three integers: num_speculative_tokens,prompt_lookup_max,prompt_lookup_min")
@@ -205,6 +230,7 @@ def run_serve_cmd(args: argparse.Namespace) -> int:
         acceptance=args.acceptance,
         num_speculative_tokens=args.num_speculative_tokens,
         entmtp_config=args.entmtp_config,
+        entmtp_variants=variants,
         rounds=args.rounds,
         out=args.out,
     )

@@ -332,6 +332,46 @@ def test_server_commands_share_one_base():
         assert built.env["ENTMTP_CPU_GEMM"] == "vllm"
 
 
+def test_variants_are_the_entmtp_server_with_other_settings():
+    config = bench.make_config(
+        bench.CompareConfig, server_args=["--dtype", "float32"], entmtp_config='{"budget": null}',
+        entmtp_variants={"chain4": {"bank": "chain:4"}, "tree.b": {"bank": "full:2,1", "budget": {}}},
+        methods=["vllm", "entmtp", "entmtp-chain4", "entmtp-tree.b"],
+    )
+    built = bench.entmtp_commands(config, "org/model")
+    assert list(built) == ["entmtp", "entmtp-chain4", "entmtp-tree.b"]
+    commands = bench.server_commands(config, built["entmtp"], "h", 1, variants=built)
+    assert list(commands) == config.methods
+    settings, budgets, sizes = {}, {}, set()
+    for method, command in commands.items():
+        argv = command.argv
+        sizes.add(argv[argv.index("--kv-cache-memory-bytes") + 1])  # one KV cache size for every server
+        assert argv[argv.index("--dtype") + 1] == "float32" and argv[-4:] == ["--host", "h", "--port", "1"]
+        if method != "vllm":
+            settings[method] = json.loads(argv[argv.index("--additional-config") + 1])["entmtp"]
+            budgets[method] = json.loads(argv[argv.index("--speculative-config") + 1])["num_speculative_tokens"]
+    assert len(sizes) == 1
+    assert settings == {"entmtp": {"budget": None}, "entmtp-chain4": {"budget": None, "bank": "chain:4"},
+                        "entmtp-tree.b": {"budget": {}, "bank": "full:2,1"}}  # laid over --entmtp-config
+    assert budgets["entmtp-chain4"] == 4 and budgets["entmtp-tree.b"] == 4  # each from its own trees
+    results = {"config": config.model_dump(), "model": "m", "num_prompts": 4, "date": "2026-01-01T00:00:00+00:00",
+               "runs": {m: {"levels": [_level(1, 10.0, 100.0)]} for m in config.methods}, "table": []}
+    assert '`entmtp-chain4`: `entmtp` with `{"bank": "chain:4"}`.' in bench.compare_markdown(results)
+    broken = bench.make_config(bench.CompareConfig, entmtp_variants={"bad": {"bank": "no-such-bank.json"}})
+    with pytest.raises(EntMTPError, match="^--variant bad: ") as info:
+        bench.entmtp_commands(broken, "org/model")  # before any server starts
+    assert "\n" not in str(info.value)
+
+
+def test_variant_labels_and_methods_are_checked():
+    with pytest.raises(EntMTPError, match="unknown server 'entmtp-x'.*--variant LABEL=JSON"):
+        bench.make_config(bench.CompareConfig, methods=["vllm", "entmtp-x"])
+    with pytest.raises(EntMTPError, match="--variant 'a b'"):
+        bench.make_config(bench.CompareConfig, entmtp_variants={"a b": {}}, methods=["vllm", "entmtp-a b"])
+    ok = bench.make_config(bench.CompareConfig, entmtp_variants={"x": {}}, methods=["vllm", "entmtp-x"])
+    assert ok.methods == ["vllm", "entmtp-x"]
+
+
 def _without_gemm(env: dict[str, str]) -> dict[str, str]:
     """A server's variables but the CPU matrix multiply's (tested in test_serve_command.py)."""
     return {key: value for key, value in env.items() if key != "ENTMTP_CPU_GEMM"}
@@ -400,6 +440,11 @@ def test_config_fields_are_documented():
         (["--dataset", ","], "--dataset names no prompt set"),
         (["--compare", "--methods", "vllm,eagle"], "unknown server 'eagle'"),
         (["--compare", "--ngram-config", "4,4"], "--ngram-config takes three integers"),
+        (["--compare", "--variant", "chain4"], "--variant 'chain4': write LABEL=JSON"),
+        (["--compare", "--variant", "x={"], "--variant x: invalid JSON"),
+        (["--compare", "--variant", "x=[1]"], "--variant x: the settings must be a JSON object, got list"),
+        (["--compare", "--variant", "x={}", "--variant", "x={}"], "--variant x: given twice"),
+        (["--compare", "--variant", "a/b={}"], "--variant 'a/b': a label takes letters"),
     ],
 )
 def test_cli_bad_input_is_one_line_error(argv, message, capsys):

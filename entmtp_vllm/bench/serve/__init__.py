@@ -20,8 +20,9 @@ seconds have passed (soak tests). Per level it reports, from client-side timings
   gauge values at the end; tree usage by tree name).
 
 `run_compare(config)` starts servers itself, one after another (vLLM without speculation, vLLM's
-`ngram`, EntMTP through `entmtp serve`'s command builder), runs every level against each and
-reports throughput and TPOT ratios against the run without speculation.
+`ngram`, EntMTP through `entmtp serve`'s command builder, and any EntMTP variants: the same server
+with other settings), runs every level against each and reports throughput and TPOT ratios
+against the run without speculation.
 
 Results are JSON-ready dicts; `write_report` / `write_compare_report` write JSON, Markdown and a
 PNG plot.
@@ -59,6 +60,7 @@ from entmtp_vllm.bench.serve.config import (
     DEFAULT_CONCURRENCY,
     METRICS_FROM_SERVER,
     RAY_METRICS_PREFIX,
+    VARIANT_PREFIX,
     CompareConfig,
     ServeBenchConfig,
     make_config,
@@ -77,7 +79,14 @@ from entmtp_vllm.bench.serve.prometheus import (
 )
 from entmtp_vllm.bench.serve.ray_metrics import REPLICA_LABEL, read_replicas, replica_deltas, sum_replicas
 from entmtp_vllm.bench.serve.report import compare_markdown, markdown_report, write_compare_report, write_report
-from entmtp_vllm.bench.serve.servers import ServerProcess, _entmtp_command, free_port, log_tail, server_commands
+from entmtp_vllm.bench.serve.servers import (
+    ServerProcess,
+    _entmtp_command,
+    entmtp_commands,
+    free_port,
+    log_tail,
+    server_commands,
+)
 from entmtp_vllm.bench.serve.statistics import (
     MAX_ERROR_MESSAGES,
     PERCENTILES,
@@ -93,6 +102,7 @@ from entmtp_vllm.bench.serve.statistics import (
 __all__ = [
     "BASELINE",
     "COMPARE_METHODS",
+    "VARIANT_PREFIX",
     "DEFAULT_BASE_URL",
     "DEFAULT_CONCURRENCY",
     "ENTMTP_PREFIX",
@@ -137,6 +147,7 @@ __all__ = [
     "run_level",
     "run_serve_bench",
     "server_commands",
+    "entmtp_commands",
     "server_root",
     "stream_request",
     "summarize_level",

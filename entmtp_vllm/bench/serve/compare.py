@@ -15,7 +15,7 @@ from typing import Any
 from entmtp_vllm.bench.serve.client import _bench_async, load_prompt_texts
 from entmtp_vllm.bench.serve.config import CompareConfig, ServeBenchConfig
 from entmtp_vllm.bench.serve.report import _out_dir
-from entmtp_vllm.bench.serve.servers import ServerProcess, _entmtp_command, free_port, server_commands
+from entmtp_vllm.bench.serve.servers import ServerProcess, entmtp_commands, free_port, server_commands
 from entmtp_vllm.bench.serve.statistics import compare_table, median_runs, round_ratios
 from entmtp_vllm.bench.serve.vllm_client import vllm_levels
 from entmtp_vllm.serve_command import ServeCommand
@@ -37,8 +37,8 @@ def run_compare(config: CompareConfig, progress: bool = True, log=print) -> dict
     out = _out_dir(config.out) if config.out else Path(tempfile.mkdtemp(prefix="entmtp-compare-"))
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     # EntMTP settings errors before any server starts; one command (one KV cache size) for all
-    entmtp = _entmtp_command(config, model)
-    for note in entmtp.notes:
+    entmtp = entmtp_commands(config, model)
+    for note in entmtp["entmtp"].notes:
         log(f"every server: {note}")
     rounds: list[dict[str, Any]] = []
     for round_index in range(config.rounds):
@@ -76,12 +76,12 @@ def model_of(command: list[str]) -> str:
 
 
 def _measure_server(
-    config: CompareConfig, entmtp: ServeCommand, method: str, prompts: list[str], out: Path, progress: bool, log,
+    config: CompareConfig, entmtp: dict[str, ServeCommand], method: str, prompts: list[str], out: Path, progress: bool, log,
     round_index: int,
 ) -> dict[str, Any]:
     """Start `method`'s server, run every level against it, stop it."""
     port = free_port(config.host)
-    built = server_commands(config, entmtp, config.host, port)[method]
+    built = server_commands(config, entmtp["entmtp"], config.host, port, variants=entmtp)[method]
     command = built.argv
     base_url = f"http://{config.host}:{port}/v1"
     metrics_dir = tempfile.mkdtemp(prefix=f"entmtp-prometheus-{method}-")

@@ -3,6 +3,7 @@ with one-line errors naming the command-line flag (`make_config`, `parse_int_lis
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -12,6 +13,9 @@ from entmtp_vllm.errors import EntMTPError
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 DEFAULT_CONCURRENCY = (1, 4, 16)
 COMPARE_METHODS = ("vllm", "ngram", "entmtp")
+VARIANT_PREFIX = "entmtp-"
+"""A comparison method `entmtp-LABEL` is the EntMTP server with the settings of variant LABEL."""
+VARIANT_LABEL = re.compile(r"^[A-Za-z0-9_.]+$")
 BASELINE = "vllm"
 """The method every ratio of a comparison is taken against (no speculation)."""
 METRICS_FROM_SERVER = "server"
@@ -32,6 +36,7 @@ _FLAGS = {
     "datasets": "--dataset",
     "base_url": "--base-url",
     "methods": "--methods",
+    "entmtp_variants": "--variant",
     "num_speculative_tokens": "--num-speculative-tokens",
     "metrics_from": "--metrics-from",
 }
@@ -121,11 +126,15 @@ class CompareConfig(ServeBenchConfig):
     model: str | None = None
     """Model folder or hub id every server serves; None: the embedded SmolLM2."""
 
-    methods: list[Literal["vllm", "ngram", "entmtp"]] = Field(
-        default_factory=lambda: list(COMPARE_METHODS), min_length=1
-    )
+    methods: list[str] = Field(default_factory=lambda: list(COMPARE_METHODS), min_length=1)
     """Servers to run, in this order: `vllm` (no speculation, the ratios' baseline), `ngram`
-    (vLLM's prompt lookup), `entmtp`."""
+    (vLLM's prompt lookup), `entmtp`, and `entmtp-LABEL` for each of `entmtp_variants`."""
+
+    entmtp_variants: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Further EntMTP servers, by label (letters, digits, `_`, `.`): method `entmtp-LABEL` is the
+    `entmtp` server with these settings laid over `entmtp_config` (e.g. `{"bank": "chain4.json"}`),
+    the same vLLM arguments and KV cache size, so that several EntMTP configurations meet the
+    same baseline in one run (`--variant LABEL=JSON`)."""
 
     server_args: list[str] = Field(default_factory=list)
     """Extra `vllm serve` arguments for every server (e.g. `--dtype float32 --max-model-len 2048`)."""
@@ -215,6 +224,14 @@ def make_config(cls: type[ServeBenchConfig], **values: Any) -> ServeBenchConfig:
                               "ray:<dir> is for a Ray Serve endpoint given with --base-url")
         if len(set(config.methods)) != len(config.methods):
             raise EntMTPError(f"--methods lists a server twice: {config.methods}")
+        for label in config.entmtp_variants:
+            if not VARIANT_LABEL.match(label):
+                raise EntMTPError(f"--variant {label!r}: a label takes letters, digits, '_' and '.' only")
+        known = [*COMPARE_METHODS, *(VARIANT_PREFIX + label for label in config.entmtp_variants)]
+        unknown = [method for method in config.methods if method not in known]
+        if unknown:
+            hint = "" if not unknown[0].startswith(VARIANT_PREFIX) else " (a variant needs --variant LABEL=JSON)"
+            raise EntMTPError(f"--methods: unknown server {unknown[0]!r}; choose from {', '.join(known)}{hint}")
         if config.ngram_prompt_lookup_min > config.ngram_prompt_lookup_max:
             raise EntMTPError("ngram prompt_lookup_min must not exceed prompt_lookup_max")
     return config

@@ -10,7 +10,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from entmtp_vllm.bench.serve.config import BASELINE, METRICS_FROM_SERVER
+from entmtp_vllm.bench.serve.config import BASELINE, METRICS_FROM_SERVER, VARIANT_PREFIX
 from entmtp_vllm.bench.serve.statistics import _stat, round_ratios
 from entmtp_vllm.errors import EntMTPError
 
@@ -204,6 +204,11 @@ def compare_markdown(results: dict[str, Any]) -> str:
         f"Ratios are against `{BASELINE}` (no speculation) at the same concurrency: tok/s ratio > 1 and TPOT ratio < 1 "
         "are better.",
         "",
+    ]
+    variants = cfg.get("entmtp_variants") or {}
+    lines += [f"`{VARIANT_PREFIX}{label}`: `entmtp` with `{json.dumps(settings)}`." for label, settings in variants.items()]
+    lines += [""] if variants else []
+    lines += [
         "| concurrency | method | output tok/s | tok/s ratio | TPOT p50 (ms) | TPOT ratio | TTFT p50 (ms) | τ | "
         "EntMTP's share of step time | ok | failed |",
         "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",

