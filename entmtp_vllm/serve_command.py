@@ -121,7 +121,13 @@ def _settings(options: ServeOptions) -> dict[str, Any]:
         value = getattr(options, key)
         if value is not None:
             settings[key] = str(Path(value).resolve()) if key in ("bank", "heads") and Path(value).exists() else value
-    extra = options.config
+    settings.update(config_object(options.config))
+    return settings
+
+
+def config_object(config: str | dict[str, Any] | None) -> dict[str, Any]:
+    """`ServeOptions.config` as a dict (its JSON text parsed; None: empty), one-line errors."""
+    extra = config
     if isinstance(extra, str):
         try:
             extra = json.loads(extra)
@@ -129,8 +135,7 @@ def _settings(options: ServeOptions) -> dict[str, Any]:
             raise EntMTPError(f"--config (bench serve: --entmtp-config): invalid JSON ({exc.msg})") from None
     if extra is not None and not isinstance(extra, dict):
         raise EntMTPError(f"--config (bench serve: --entmtp-config) must be a JSON object, got {type(extra).__name__}")
-    settings.update(extra or {})
-    return settings
+    return extra or {}
 
 
 def _option_name(arg: str) -> str:

@@ -18,7 +18,7 @@ from entmtp_vllm.bench.serve.client import server_root
 from entmtp_vllm.bench.serve.config import VARIANT_PREFIX, CompareConfig
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.kv_cache_size import NodeMemory, node_memory
-from entmtp_vllm.serve_command import ServeCommand, ServeOptions, build_serve_command
+from entmtp_vllm.serve_command import ServeCommand, ServeOptions, build_serve_command, config_object
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -114,7 +114,7 @@ def _entmtp_command(config: CompareConfig, model: str, variant: dict[str, Any] |
     settings laid over `config.entmtp_config` (one of `config.entmtp_variants`)."""
     settings: str | dict[str, Any] | None = config.entmtp_config
     if variant is not None:
-        settings = {**_settings_object(config.entmtp_config), **variant}
+        settings = {**config_object(config.entmtp_config), **variant}
     return build_serve_command(
         ServeOptions(
             model=model, heads=config.heads, bank=config.bank, tree=config.tree, policy=config.policy,
@@ -124,16 +124,6 @@ def _entmtp_command(config: CompareConfig, model: str, variant: dict[str, Any] |
         ),
         memory=memory,
     )
-
-
-def _settings_object(text: str | None) -> dict[str, Any]:
-    try:
-        found = json.loads(text) if text else {}
-    except json.JSONDecodeError as exc:
-        raise EntMTPError(f"--entmtp-config: invalid JSON ({exc.msg})") from None
-    if not isinstance(found, dict):
-        raise EntMTPError(f"--entmtp-config must be a JSON object, got {type(found).__name__}")
-    return found
 
 
 def entmtp_commands(config: CompareConfig, model: str) -> dict[str, ServeCommand]:
