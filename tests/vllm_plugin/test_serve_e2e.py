@@ -247,12 +247,15 @@ def test_bench_serve_against_the_server(server, tmp_path, capsys):
 
 def test_bench_serve_duration_reads_the_steady_rate_off_the_server(server, tmp_path):
     """--duration: output tok/s is the server's own token count over the window (every client
-    busy), the drain of the requests still running at the deadline left out but kept apart."""
+    busy), the drain of the requests still running at the deadline left out but kept apart.
+    Every request generates 256 tokens (ignore_eos), far more than 6 s of decoding at 2 requests
+    here, so requests are certainly still running when the window's count is read (with short
+    requests, a count read late on a fast CPU could already include every token)."""
     from entmtp_vllm.bench.serve import ServeBenchConfig, make_config, run_serve_bench
 
     base_url, _ = server
     config = make_config(ServeBenchConfig, base_url=base_url, datasets=["mt_bench"], num_prompts=4,
-                         concurrency=[2], max_tokens=48, duration=6.0, warmup=0)
+                         concurrency=[2], max_tokens=256, ignore_eos=True, duration=6.0, warmup=0)
     level = run_serve_bench(config, progress=False)["levels"][0]
     window = level["window"]
     assert level["failed"] == 0 and window is not None, level["errors"]
