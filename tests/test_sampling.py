@@ -21,12 +21,21 @@ def test_greedy_is_one_hot_argmax_with_ties_to_the_lowest_index() -> None:
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_greedy_tokens_match_argmax_in_the_logits_own_dtype(dtype: torch.dtype) -> None:
-    """The float32 widening is exact: same token as argmax in the original dtype, ties included."""
+    """Same token as argmax in the logits' own dtype: ties (the lower index wins), NaN (counts as
+    the maximum), -inf rows, logits rounded coarsely enough that ties are frequent."""
     generator = torch.Generator().manual_seed(0)
-    logits = (torch.randn(6, 4096, generator=generator) * 4).to(dtype)
+    logits = (torch.randn(8, 4096, generator=generator) * 4).to(dtype)
     logits[0, 7] = logits[0, 3000] = logits[0].max() + 1  # a tie: the lower index wins
+    logits[1, 99] = logits[1, 5] = float("nan")
+    logits[2] = float("-inf")
+    logits[3, 10:] = float("-inf")
+    logits[4] = logits[4].round()  # many values tied with the maximum
     assert torch.equal(greedy_tokens(logits), logits.argmax(dim=-1))
     assert int(greedy_tokens(logits[0])) == 7
+    assert greedy_tokens(logits[1:3]).tolist() == [5, 0]
+    for _ in range(50):
+        coarse = (torch.randn(5, 300, generator=generator) * 2).round().to(dtype)
+        assert torch.equal(greedy_tokens(coarse), coarse.argmax(dim=-1))
 
 
 def test_temperature_scales_logits() -> None:
