@@ -170,9 +170,17 @@ single-row pass per row."""
 
 def cpu_dtype(flags: set[str]) -> tuple[str | None, str | None]:
     """(dtype, why) `entmtp serve` picks on a CPU when the user gives none: float32 unless the CPU
-    has native bf16 (then vLLM's own choice stands: None)."""
-    if not flags or any(flag in flags for flag in BF16_CPU_FLAGS):
+    has native bf16 (then vLLM's own choice stands: None, and why says what bf16 means for greedy
+    outputs)."""
+    if not flags:
         return None, None
+    if any(flag in flags for flag in BF16_CPU_FLAGS):
+        return None, (
+            "dtype: vLLM's (the model's, bf16 for SmolLM2), because this CPU has native bf16; in bf16 a "
+            "greedy token can depend on the batch's shape, with or without speculation "
+            "(docs/results/correctness/b_greedy_dtype): pass "
+            "--dtype float32 for greedy outputs token-identical to vLLM without speculation"
+        )
     return "float32", (
         "dtype: --dtype float32, because this CPU has no native bf16 (no avx512_bf16 / amx_bf16): a bf16 "
         "step verifying 9 tokens cost 4.7x a 1-token step on an AVX2 EPYC against 2.3x in float32 "
