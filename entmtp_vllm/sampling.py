@@ -59,10 +59,24 @@ def processed_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> int:
-    """One token id drawn from the 1-D distribution `probs` (`generator` makes it reproducible).
+    """One token id drawn from the 1-D distribution `probs` (`generator` makes it reproducible;
+    `probs` need not sum to 1, its entries must be >= 0).
 
-    The generator must live on the same device as `probs`; None uses torch's global RNG.
+    By inverting the cumulative distribution, in float64: one uniform u, the first token whose
+    cumulative mass exceeds u times the total. Exact up to float64 rounding, and a token of
+    probability 0 is never drawn. On CPU it is about 16x faster than `torch.multinomial` (57
+    against 913 us for a 49152-token row, AVX512 Xeon, 2 threads), which spends its time drawing
+    one exponential per token. The generator must live on the same device as `probs`; None uses
+    torch's global RNG.
     """
     if probs.dim() != 1:
         raise ValueError(f"sample expects a 1-D distribution, got shape {tuple(probs.shape)}")
-    return int(torch.multinomial(probs, 1, generator=generator).item())
+    cumulative = probs.to(torch.float64).cumsum(0)
+    total = cumulative[-1]
+    if not bool(torch.isfinite(total) & (total > 0)):  # host sync (GPU), as the .item() below
+        raise ValueError(f"sample needs finite probabilities with a positive sum, got a sum of {float(total)}")
+    u = torch.rand((1,), dtype=torch.float64, generator=generator, device=probs.device)
+    index = int(torch.searchsorted(cumulative, u * total, right=True).item())
+    if index >= probs.shape[0]:  # u * total rounded up to the total: the last token with mass
+        index = int(torch.nonzero(probs > 0)[-1].item())
+    return index

@@ -114,3 +114,25 @@ def test_sample_one_hot_and_shape_check() -> None:
     assert sample(torch.tensor([0.0, 0.0, 1.0])) == 2
     with pytest.raises(ValueError, match="1-D"):
         sample(torch.ones(2, 3) / 3)
+
+
+def test_sample_never_draws_a_zero_and_takes_unnormalised_weights() -> None:
+    g = torch.Generator().manual_seed(5)
+    weights = torch.tensor([0.0, 3.0, 0.0, 0.0, 1.0, 0.0], dtype=torch.bfloat16)  # sums to 4
+    draws = torch.tensor([sample(weights, g) for _ in range(4000)])
+    assert set(draws.tolist()) == {1, 4}
+    counts = torch.bincount(draws, minlength=6)[[1, 4]]
+    assert chisquare(counts.tolist(), [3000, 1000]).pvalue > 1e-3
+
+
+def test_sample_at_the_top_of_the_range_draws_the_last_token_with_mass(monkeypatch) -> None:
+    """u * total rounding up to the total (u = 1 here) falls past the end: the last token with
+    mass is drawn, never a trailing zero."""
+    monkeypatch.setattr(torch, "rand", lambda *args, **kwargs: torch.ones(1, dtype=torch.float64))
+    assert sample(torch.tensor([0.2, 0.8, 0.0, 0.0])) == 1
+
+
+@pytest.mark.parametrize("probs", [[0.0, 0.0], [float("nan"), 1.0], [float("inf"), 1.0]])
+def test_sample_refuses_a_distribution_without_finite_mass(probs) -> None:
+    with pytest.raises(ValueError, match="positive sum"):
+        sample(torch.tensor(probs))
