@@ -267,10 +267,12 @@ class DraftStep:
         return probs
 
 
-def compute_heads(drafter: TreeDrafter, work: list[tuple[DraftStep, list[Path_]]]) -> None:
+def compute_heads(drafter: TreeDrafter, work: list[tuple[DraftStep, list[Path_]]], top_k: int = 0) -> None:
     """One head call for every (step, paths) pair: all paths have the same length d, so head
     d + 1 runs once over the uncached paths of every step (each row on its step's hidden
-    state), and each step caches its rows."""
+    state), and each step caches its rows: logits, probabilities and, with `top_k`, the top-k
+    children (one softmax and one top-k over all rows instead of one per row; the same values,
+    every row is reduced on its own)."""
     rows = [(step, path) for step, paths in work for path in step._todo(paths)]
     if not rows:
         return
@@ -280,8 +282,19 @@ def compute_heads(drafter: TreeDrafter, work: list[tuple[DraftStep, list[Path_]]
     hiddens = [step.hidden for step, _ in rows]
     hidden = hiddens[0].expand(len(rows), -1) if all(h is hiddens[0] for h in hiddens) else torch.stack(hiddens)
     logits = drafter.head_logits(depth, hidden, emb).float()
-    for (step, path), row in zip(rows, logits):
-        step._logits[step._key(path)] = row
+    probs = torch.softmax(logits, dim=-1)
+    children = [None] * len(rows)
+    if top_k > 0:
+        values, indices = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+        if drafter.draft_vocab is not None:
+            indices = drafter.draft_vocab[indices]
+        children = list(zip(indices.tolist(), values.tolist()))
+    for (step, path), row, row_probs, top in zip(rows, logits, probs, children):
+        key = step._key(path)
+        step._logits[key] = row
+        step._probs[key] = row_probs
+        if top is not None:
+            step._topk[key] = top
 
 
 @torch.no_grad()
@@ -296,7 +309,7 @@ def greedy_chains(steps: list[DraftStep], depth: int) -> list[list[float]]:
     chains: list[list[float]] = [[] for _ in steps]
     path: Path_ = ()
     for _ in range(depth):
-        compute_heads(drafter, [(step, [path]) for step in steps])
+        compute_heads(drafter, [(step, [path]) for step in steps], top_k=1)
         for step, chain in zip(steps, chains):
             (token,), (prob,) = step._children(path, 1)
             chain.append(prob)
@@ -336,6 +349,7 @@ def draft_trees(
     probs = [[1.0] * buffers.num_nodes for buffers, _, _ in plans]
     for d in range(1, max(buffers.depth for buffers, _, _ in plans) + 1):
         levels = []
+        top_k = 0  # the most children any parent of this level needs
         for buffers, parents, _ in plans:
             if d > buffers.depth:
                 levels.append((range(0), []))
@@ -344,8 +358,9 @@ def draft_trees(
             nodes = buffers.nodes
             parent_paths = list(dict.fromkeys(nodes[parents[i]] for i in level if nodes[i][-1] != LOOKUP))
             levels.append((level, parent_paths))
+            top_k = max([top_k] + [nodes[i][-1] + 1 for i in level if nodes[i][-1] != LOOKUP])
         # every parent of this level's head nodes, in every step, in one batched head call
-        compute_heads(drafter, [(step, paths) for step, (_, paths) in zip(steps, levels) if paths])
+        compute_heads(drafter, [(step, paths) for step, (_, paths) in zip(steps, levels) if paths], top_k)
         for s, (step, (buffers, parents, lookup_tokens), (level, _)) in enumerate(zip(steps, plans, levels)):
             nodes = buffers.nodes
             for i in level:
