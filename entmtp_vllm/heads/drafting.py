@@ -113,6 +113,14 @@ class TreeDrafter:
             return self.heads.head_logits(depth, hidden, path_token_embeddings, self.lm_head_weight)
         return self.lm_head_linear(self.heads.head_hidden(depth, hidden, path_token_embeddings))
 
+    def top_children(self, probs: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(token ids, probabilities) of the k most likely tokens of each row of `probs` (a head's
+        distribution, over the draft vocabulary when there is one), in rank order."""
+        values, indices = probs.topk(k, dim=-1)
+        if self.draft_vocab is not None:
+            indices = self.draft_vocab[indices]
+        return indices, values
+
     def fork(self) -> "TreeDrafter":
         """A drafter on the same heads and weights with its own per-sequence state (the prefix
         layer's cache), so that two engines can decode side by side."""
@@ -180,7 +188,7 @@ class DraftStep:
         self.hidden = hidden
         self.root_token = root_token
         self._logits: dict = {}  # key -> float32 logits [V]
-        self._probs: dict = {}  # key -> softmax of those logits
+        self._probs: dict = {}  # key -> softmax of those logits (set with them, by compute_heads)
         self._topk: dict = {}  # key -> (token ids, probabilities) of the top-k, rank order
         self._tokens: dict[Path_, int] = {(): root_token}
 
@@ -209,12 +217,7 @@ class DraftStep:
         key = self._key(path)
         cached = self._topk.get(key)
         if cached is None or len(cached[0]) < k:
-            probs = self._probs.get(key)
-            if probs is None:
-                probs = self._probs[key] = torch.softmax(self._logits[key], dim=-1)
-            values, indices = probs.topk(k)
-            if self.drafter.draft_vocab is not None:
-                indices = self.drafter.draft_vocab[indices]
+            indices, values = self.drafter.top_children(self._probs[key], k)
             cached = self._topk[key] = (indices.tolist(), values.tolist())
         return cached[0][:k], cached[1][:k]
 
@@ -257,7 +260,7 @@ class DraftStep:
                 continue
             key = self._key(nodes[parents[i]])
             if key not in cache:
-                row = torch.softmax(self._logits[key], dim=-1).to(probs.device)
+                row = self._probs[key].to(probs.device)
                 if self.drafter.draft_vocab is not None:  # zero outside the draft vocabulary
                     row = torch.zeros(probs.shape[1], device=probs.device).index_copy_(
                         0, self.drafter.draft_vocab.to(probs.device), row
@@ -285,9 +288,7 @@ def compute_heads(drafter: TreeDrafter, work: list[tuple[DraftStep, list[Path_]]
     probs = torch.softmax(logits, dim=-1)
     children = [None] * len(rows)
     if top_k > 0:
-        values, indices = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
-        if drafter.draft_vocab is not None:
-            indices = drafter.draft_vocab[indices]
+        indices, values = drafter.top_children(probs, min(top_k, probs.shape[-1]))
         children = list(zip(indices.tolist(), values.tolist()))
     for (step, path), row, row_probs, top in zip(rows, logits, probs, children):
         key = step._key(path)
