@@ -63,6 +63,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-cache-update", action="store_true", help="train on the cache as it is, without encoding new records")
     p.add_argument("--cache-dtype", choices=["bfloat16", "float32"], default="bfloat16")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in the work folder")
+    p.add_argument("--init-heads", type=Path, metavar="FOLDER",
+                   help="start from these saved heads (e.g. the shipped ones) instead of fresh weights: same kind, heads, "
+                   "layers and prefix layer as this run; step 0 is evaluated, and a checkpoint to --resume from wins")
     p.add_argument("--eval-interval", type=int, default=200)
     p.add_argument("--ckpt-interval", type=int, default=200)
     p.add_argument("--reload-interval", type=int, default=None, help="pick up new cache shards every N steps")
@@ -135,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, teacher=args.teacher,
         softmax_vocab=args.softmax_vocab or None, draft_vocab=args.draft_vocab or None, eval_interval=args.eval_interval, ckpt_interval=args.ckpt_interval,
         reload_interval=args.reload_interval, time_budget_s=args.time_budget, threads=args.threads, seed=args.seed,
-        resume=args.resume, export=args.export, weights=args.weights,
+        resume=args.resume, init_heads=args.init_heads, export=args.export, weights=args.weights,
     )
     result = train_heads(cfg, base, log=lambda m: print(m, flush=True))
     if result.get("interrupted"):

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from entmtp_vllm.heads import DraftHeads
-from entmtp_vllm.heads.checkpoint import save_heads
+from entmtp_vllm.heads.checkpoint import read_heads_config, save_heads
 from entmtp_vllm.training.selfdistill_data import read_meta
 from entmtp_vllm.training.teacher_cache import read_manifest
 
@@ -49,6 +49,14 @@ def export_heads(heads: DraftHeads, cfg: TrainConfig, base: BaseTensors, result:
     exported = result["exported"]
     if exported["heads"] == "best":
         training["exported_step"] = exported["step"]
+    started_from = ""
+    if cfg.init_heads is not None:  # read before saving: `out` may be the folder the run started from
+        before = read_heads_config(cfg.init_heads).get("training", {})
+        training["initialised_from"] = {"folder": str(cfg.init_heads),
+                                        **{k: before[k] for k in ("records", "answer_tokens", "steps", "val_top1") if k in before}}
+        started_from = (f"- initialised from the heads in `{cfg.init_heads}` ({before.get('steps', '?')} steps on "
+                        f"{before.get('answer_tokens', '?')} answer tokens, held-out top-1 {before.get('val_top1', '?')} "
+                        "on their own held-out set); the steps below come after theirs\n")
     save_heads(heads, out, {"base_model": base.model_name, "training": training}, dtype=cfg.weights)
     draft_vocab = _export_draft_vocab(cfg, out, answer_tokens, heads.vocab_size)
     v = result["val"]
@@ -86,7 +94,7 @@ Teacher: transformers {teacher_dtype} over prompt + answer; hidden states cached
 - held out (by record id): {result['data']['val_records']} records, {result['data']['val_answer_tokens']} answer tokens
 {grew}
 ## Training
-- objective: {cfg.teacher} teacher distillation (head d at position t learns softmax(lm_head(h_{{t+d}})), the base
+{started_from}- objective: {cfg.teacher} teacher distillation (head d at position t learns softmax(lm_head(h_{{t+d}})), the base
   model's distribution of x_{{t+d+1}}; {'soft cross-entropy against the renormalised top-32' if cfg.teacher == 'topk' else cfg.teacher})
 - {result['steps']} steps × {cfg.batch_size} positions (≈ {result['steps'] * cfg.batch_size / max(1, result['data']['train_answer_tokens']):.2f} epochs),
   AdamW lr {cfg.lr}, warmup {cfg.warmup}, cosine to {cfg.min_lr_ratio}×, grad clip {cfg.grad_clip}{budget}{best}

@@ -97,6 +97,10 @@ class TrainConfig(BaseModel):
     core free, else 1 (two threads on an oversubscribed 2-core machine run several times slower)."""
     seed: int = 0
     resume: bool = False
+    init_heads: Path | None = None
+    """Start from the weights of these saved heads (a heads folder, e.g. the shipped ones) instead of
+    a fresh initialisation: they must have this run's kind, head count, layers and prefix layer. A
+    checkpoint to resume from wins over them. Step 0 is evaluated, so the log shows what the run adds."""
     max_train_rows: int | None = None
     progress: bool = True
     reload_interval: int | None = None
@@ -335,6 +339,21 @@ def build_heads_for(cfg: TrainConfig, base: BaseTensors) -> DraftHeads:
     return make_heads(cfg.kind, hidden, vocab, num_heads=cfg.num_heads, num_layers=cfg.num_layers, **kwargs)
 
 
+def _init_from(heads: DraftHeads, cfg: TrainConfig, base: BaseTensors, log) -> None:
+    """Copy the weights of the heads saved in `cfg.init_heads` into `heads` (same shape, or an error)."""
+    from entmtp_vllm.heads.checkpoint import load_heads
+
+    saved = load_heads(cfg.init_heads, base.config)
+    want = {"kind": cfg.kind, "heads": heads.num_heads, "layers": cfg.num_layers, "prefix layer": heads.prefix is not None}
+    have = {"kind": saved.meta.get("kind"), "heads": saved.num_heads, "layers": saved.meta.get("num_layers"),
+            "prefix layer": saved.prefix is not None}
+    if want != have:
+        differ = ", ".join(f"{k} {have[k]} (this run: {want[k]})" for k in want if want[k] != have[k])
+        raise EntMTPError(f"--init-heads {cfg.init_heads} has {differ}: pass heads of this run's shape")
+    heads.load_state_dict(saved.state_dict())
+    log(f"initialised from the heads in {cfg.init_heads}")
+
+
 def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
     """Run (or resume) training; return a summary (steps, wall time, last eval, ...)."""
     _set_threads(cfg.threads)
@@ -370,6 +389,15 @@ def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
             log("no checkpoint to resume from: starting fresh")
     held_out = eval_key(val, val_rows)
     best = _rescored_best(best, work, cfg, base, val, val_rows, held_out, log)
+    if cfg.init_heads is not None and step == 0:
+        _init_from(heads, cfg, base, log)
+        start_eval = evaluate(heads, val, base, val_rows)
+        log(f"step 0 (the heads of {cfg.init_heads}): val top1 {start_eval['top1']} top5 {start_eval['top5']}")
+        history.append({"step": 0, "val": start_eval, "init_heads": str(cfg.init_heads)})
+        with (work / "train_log.jsonl").open("a") as handle:
+            handle.write(json.dumps(history[-1]) + "\n")
+        best = {"step": 0, "mean_top1": sum(start_eval["top1"]) / len(start_eval["top1"]), "val": start_eval, "eval_key": held_out}
+        save_best(work, heads.state_dict(), best)
     summary = cache_summary(cfg.cache)
     known_shards = len(manifest["shards"])
     initial_records, initial_rows = train.num_records, train.rows

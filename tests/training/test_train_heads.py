@@ -202,6 +202,31 @@ def test_resume_continues_the_step_count(tiny_model: Path, cache: Path, tmp_path
     assert "Held-out accuracy" in card and "answer tokens" in card
 
 
+def test_init_heads_starts_from_saved_heads_and_checks_their_shape(tiny_model: Path, cache: Path, tmp_path: Path) -> None:
+    """`init_heads`: step 0 scores the saved heads exactly (the log's first line), training goes on
+    from them, the card and heads.json name them; heads of another shape are refused in one line."""
+    base = base_tensors(tiny_model)
+    first = train_heads(config(cache, tmp_path / "a", steps=10, out=tmp_path / "first"), base, log=lambda m: None)
+    messages: list[str] = []
+    work = tmp_path / "b"
+    result = train_heads(config(cache, work, steps=5, lr=1e-3, init_heads=tmp_path / "first", out=tmp_path / "second",
+                                export="best"), base, log=messages.append)
+    log = [json.loads(l) for l in (work / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [0, 5]
+    saved = load_heads(tmp_path / "first", {"hidden_size": HIDDEN, "vocab_size": VOCAB}).meta["training"]
+    # the saved heads are fp16: their step-0 score is theirs, not a fresh initialisation's
+    assert log[0]["val"]["top1"] == saved["val_top1"] == first["val"]["top1"]
+    assert any("initialised from the heads in" in m for m in messages)
+    meta = load_heads(tmp_path / "second", {"hidden_size": HIDDEN, "vocab_size": VOCAB}).meta["training"]
+    assert meta["initialised_from"]["steps"] == 10 and meta["initialised_from"]["folder"] == str(tmp_path / "first")
+    assert result["exported"]["step"] in (0, 5)
+    assert "initialised from the heads in" in (tmp_path / "second" / "MODEL_CARD.md").read_text()
+    with pytest.raises(EntMTPError, match=r"has layers 1 \(this run: 2\)"):
+        train_heads(config(cache, tmp_path / "c", steps=2, num_layers=2, init_heads=tmp_path / "first"), base, log=lambda m: None)
+    with pytest.raises(EntMTPError, match=r"kind hydra \(this run: medusa\)"):
+        train_heads(config(cache, tmp_path / "d", steps=2, kind="medusa", init_heads=tmp_path / "first"), base, log=lambda m: None)
+
+
 def test_the_best_evaluation_is_kept_and_can_be_exported(tiny_model: Path, cache: Path, tmp_path: Path) -> None:
     """`best.pt` holds the heads of the evaluation with the best mean held-out top-1, survives a
     resume, and `export="best"` writes those heads (and their accuracy) instead of the last."""
