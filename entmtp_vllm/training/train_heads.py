@@ -340,18 +340,22 @@ def build_heads_for(cfg: TrainConfig, base: BaseTensors) -> DraftHeads:
 
 
 def _init_from(heads: DraftHeads, cfg: TrainConfig, base: BaseTensors, log) -> None:
-    """Copy the weights of the heads saved in `cfg.init_heads` into `heads` (same shape, or an error)."""
+    """Copy the weights of the heads saved in `cfg.init_heads` into `heads` (same shape, or an error).
+    Heads without a prefix layer may start a Hydra++ run: its prefix layer starts fresh, the identity
+    until trained, so step 0 drafts exactly as the saved heads do."""
     from entmtp_vllm.heads.checkpoint import load_heads
 
     saved = load_heads(cfg.init_heads, base.config)
+    fresh_prefix = heads.prefix is not None and saved.prefix is None
     want = {"kind": cfg.kind, "heads": heads.num_heads, "layers": cfg.num_layers, "prefix layer": heads.prefix is not None}
     have = {"kind": saved.meta.get("kind"), "heads": saved.num_heads, "layers": saved.meta.get("num_layers"),
-            "prefix layer": saved.prefix is not None}
+            "prefix layer": saved.prefix is not None or fresh_prefix}
     if want != have:
         differ = ", ".join(f"{k} {have[k]} (this run: {want[k]})" for k in want if want[k] != have[k])
         raise EntMTPError(f"--init-heads {cfg.init_heads} has {differ}: pass heads of this run's shape")
-    heads.load_state_dict(saved.state_dict())
-    log(f"initialised from the heads in {cfg.init_heads}")
+    missing, unexpected = heads.load_state_dict(saved.state_dict(), strict=False)
+    assert not unexpected and all(name.startswith("prefix.") for name in missing), (missing, unexpected)
+    log(f"initialised from the heads in {cfg.init_heads}" + (" (the prefix layer starts fresh: the identity)" if fresh_prefix else ""))
 
 
 def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:

@@ -227,6 +227,21 @@ def test_init_heads_starts_from_saved_heads_and_checks_their_shape(tiny_model: P
         train_heads(config(cache, tmp_path / "d", steps=2, kind="medusa", init_heads=tmp_path / "first"), base, log=lambda m: None)
 
 
+def test_init_heads_without_a_prefix_layer_start_a_hydrapp_run_where_they_stand(tiny_model: Path, cache: Path, tmp_path: Path) -> None:
+    """Plain heads may start a Hydra++ run: the fresh prefix layer is the identity, so step 0
+    scores what the plain heads score; Hydra++ heads cannot start a plain run."""
+    base = base_tensors(tiny_model)
+    first = train_heads(config(cache, tmp_path / "a", steps=10, out=tmp_path / "plain"), base, log=lambda m: None)
+    messages: list[str] = []
+    train_heads(config(cache, tmp_path / "b", steps=5, prefix_layer=True, window=8, init_heads=tmp_path / "plain",
+                       out=tmp_path / "pp"), base, log=messages.append)
+    log = [json.loads(l) for l in (tmp_path / "b" / "train_log.jsonl").read_text().splitlines()]
+    assert log[0]["step"] == 0 and log[0]["val"]["top1"] == first["val"]["top1"]
+    assert any("prefix layer starts fresh" in m for m in messages)
+    with pytest.raises(EntMTPError, match=r"prefix layer True \(this run: False\)"):
+        train_heads(config(cache, tmp_path / "c", steps=2, init_heads=tmp_path / "pp"), base, log=lambda m: None)
+
+
 def test_the_best_evaluation_is_kept_and_can_be_exported(tiny_model: Path, cache: Path, tmp_path: Path) -> None:
     """`best.pt` holds the heads of the evaluation with the best mean held-out top-1, survives a
     resume, and `export="best"` writes those heads (and their accuracy) instead of the last."""
