@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Literal
@@ -37,6 +35,8 @@ from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.heads import DraftHeads, PrefixLayerConfig, make_heads
 from entmtp_vllm.training.best_heads import best_heads_state, eval_key, save_best
 from entmtp_vllm.training.export_heads import export_heads
+from entmtp_vllm.training.init_heads import init_from
+from entmtp_vllm.training.stop_on_sigterm import StopOnSigterm
 from entmtp_vllm.training.teacher_cache import CacheSplit, cache_summary, load_cache_split, read_manifest
 
 
@@ -98,9 +98,8 @@ class TrainConfig(BaseModel):
     seed: int = 0
     resume: bool = False
     init_heads: Path | None = None
-    """Start from the weights of these saved heads (a heads folder, e.g. the shipped ones) instead of
-    a fresh initialisation: they must have this run's kind, head count, layers and prefix layer. A
-    checkpoint to resume from wins over them. Step 0 is evaluated, so the log shows what the run adds."""
+    """Start from these saved heads (`init_heads.init_from`) instead of fresh weights; a checkpoint to
+    resume from wins over them. Step 0 is evaluated, so the log shows what the run adds."""
     max_train_rows: int | None = None
     progress: bool = True
     reload_interval: int | None = None
@@ -134,26 +133,6 @@ def _set_threads(threads: int) -> int:
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     return threads
-
-
-class _StopOnSigterm:
-    """While training, SIGTERM (a job being stopped) ends the run after the current step with a
-    checkpoint, instead of killing it up to `ckpt_interval` steps after the last one; the previous
-    handler comes back afterwards. Only in the main thread (where Python delivers signals)."""
-
-    def __enter__(self) -> "_StopOnSigterm":
-        self.signal: int | None = None
-        self._previous = None
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGTERM, self._stop)
-        return self
-
-    def _stop(self, signum: int, frame) -> None:
-        self.signal = signum
-
-    def __exit__(self, *exc) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
 
 
 def _latest_checkpoint(work_dir: Path) -> Path | None:
@@ -339,25 +318,6 @@ def build_heads_for(cfg: TrainConfig, base: BaseTensors) -> DraftHeads:
     return make_heads(cfg.kind, hidden, vocab, num_heads=cfg.num_heads, num_layers=cfg.num_layers, **kwargs)
 
 
-def _init_from(heads: DraftHeads, cfg: TrainConfig, base: BaseTensors, log) -> None:
-    """Copy the weights of the heads saved in `cfg.init_heads` into `heads` (same shape, or an error).
-    Heads without a prefix layer may start a Hydra++ run: its prefix layer starts fresh, the identity
-    until trained, so step 0 drafts exactly as the saved heads do."""
-    from entmtp_vllm.heads.checkpoint import load_heads
-
-    saved = load_heads(cfg.init_heads, base.config)
-    fresh_prefix = heads.prefix is not None and saved.prefix is None
-    want = {"kind": cfg.kind, "heads": heads.num_heads, "layers": cfg.num_layers, "prefix layer": heads.prefix is not None}
-    have = {"kind": saved.meta.get("kind"), "heads": saved.num_heads, "layers": saved.meta.get("num_layers"),
-            "prefix layer": saved.prefix is not None or fresh_prefix}
-    if want != have:
-        differ = ", ".join(f"{k} {have[k]} (this run: {want[k]})" for k in want if want[k] != have[k])
-        raise EntMTPError(f"--init-heads {cfg.init_heads} has {differ}: pass heads of this run's shape")
-    missing, unexpected = heads.load_state_dict(saved.state_dict(), strict=False)
-    assert not unexpected and all(name.startswith("prefix.") for name in missing), (missing, unexpected)
-    log(f"initialised from the heads in {cfg.init_heads}" + (" (the prefix layer starts fresh: the identity)" if fresh_prefix else ""))
-
-
 def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
     """Run (or resume) training; return a summary (steps, wall time, last eval, ...)."""
     _set_threads(cfg.threads)
@@ -393,14 +353,14 @@ def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
             log("no checkpoint to resume from: starting fresh")
     held_out = eval_key(val, val_rows)
     best = _rescored_best(best, work, cfg, base, val, val_rows, held_out, log)
-    if cfg.init_heads is not None and step == 0:
-        _init_from(heads, cfg, base, log)
-        start_eval = evaluate(heads, val, base, val_rows)
-        log(f"step 0 (the heads of {cfg.init_heads}): val top1 {start_eval['top1']} top5 {start_eval['top5']}")
-        history.append({"step": 0, "val": start_eval, "init_heads": str(cfg.init_heads)})
+    if cfg.init_heads is not None and step == 0:  # step 0 is the saved heads' own score, and the first best
+        init_from(heads, cfg.init_heads, cfg.kind, cfg.num_layers, base.config, log)
+        start = evaluate(heads, val, base, val_rows)
+        log(f"step 0 (the heads of {cfg.init_heads}): val top1 {start['top1']} top5 {start['top5']}")
+        history.append({"step": 0, "val": start, "init_heads": str(cfg.init_heads)})
         with (work / "train_log.jsonl").open("a") as handle:
             handle.write(json.dumps(history[-1]) + "\n")
-        best = {"step": 0, "mean_top1": sum(start_eval["top1"]) / len(start_eval["top1"]), "val": start_eval, "eval_key": held_out}
+        best = {"step": 0, "mean_top1": sum(start["top1"]) / len(start["top1"]), "val": start, "eval_key": held_out}
         save_best(work, heads.state_dict(), best)
     summary = cache_summary(cfg.cache)
     known_shards = len(manifest["shards"])
@@ -435,7 +395,7 @@ def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
     running = None
     last_eval = None
     stopped_early = False
-    with _StopOnSigterm() as interrupt:
+    with StopOnSigterm() as interrupt:
         while step < total:
             if interrupt.signal is not None:
                 log(f"stopped by signal {interrupt.signal} at step {step}/{total}: saving a checkpoint (--resume continues)")
