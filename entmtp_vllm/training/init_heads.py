@@ -22,6 +22,9 @@ def init_from(heads: DraftHeads, folder: Path, kind: str, num_layers: int, base_
     if want != have:
         differ = ", ".join(f"{k} {have[k]} (this run: {want[k]})" for k in want if want[k] != have[k])
         raise EntMTPError(f"--init-heads {folder} has {differ}: pass heads of this run's shape")
+    if saved.prefix is not None and saved.prefix.config != heads.prefix.config:
+        raise EntMTPError(f"--init-heads {folder} has a prefix layer of {saved.prefix.config} but this run trains one of "
+                          f"{heads.prefix.config}: pass heads trained with the same prefix layer")
     missing, unexpected = heads.load_state_dict(saved.state_dict(), strict=False)
     assert not unexpected and all(name.startswith("prefix.") for name in missing), (missing, unexpected)
     log(f"initialised from the heads in {folder}" + (" (the prefix layer starts fresh: the identity)" if fresh_prefix else ""))

@@ -353,12 +353,13 @@ def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
             log("no checkpoint to resume from: starting fresh")
     held_out = eval_key(val, val_rows)
     best = _rescored_best(best, work, cfg, base, val, val_rows, held_out, log)
+    log_path = work / "train_log.jsonl"
     if cfg.init_heads is not None and step == 0:  # step 0 is the saved heads' own score, and the first best
         init_from(heads, cfg.init_heads, cfg.kind, cfg.num_layers, base.config, log)
         start = evaluate(heads, val, base, val_rows)
         log(f"step 0 (the heads of {cfg.init_heads}): val top1 {start['top1']} top5 {start['top5']}")
         history.append({"step": 0, "val": start, "init_heads": str(cfg.init_heads)})
-        with (work / "train_log.jsonl").open("a") as handle:
+        with log_path.open("a") as handle:
             handle.write(json.dumps(history[-1]) + "\n")
         best = {"step": 0, "mean_top1": sum(start["top1"]) / len(start["top1"]), "val": start, "eval_key": held_out}
         save_best(work, heads.state_dict(), best)
@@ -368,7 +369,6 @@ def train_heads(cfg: TrainConfig, base: BaseTensors, log=print) -> dict:
     log(f"training {cfg.kind} heads ({k} heads, {cfg.num_layers} layers{', prefix layer' if heads.prefix is not None else ''}) "
         f"on {train.num_records} records / {train_rows.numel()} positions; held out {val.num_records} records / "
         f"{val_rows.numel()} eval positions; {total} steps of {cfg.batch_size}")
-    log_path = work / "train_log.jsonl"
     started = time.perf_counter()
     heads.train()
     window = cfg.window if heads.prefix is not None else 1

@@ -240,6 +240,9 @@ def test_init_heads_without_a_prefix_layer_start_a_hydrapp_run_where_they_stand(
     assert any("prefix layer starts fresh" in m for m in messages)
     with pytest.raises(EntMTPError, match=r"prefix layer True \(this run: False\)"):
         train_heads(config(cache, tmp_path / "c", steps=2, init_heads=tmp_path / "pp"), base, log=lambda m: None)
+    with pytest.raises(EntMTPError, match=r"window=8.*window=4"):  # the same weights' shapes, another layer
+        train_heads(config(cache, tmp_path / "d", steps=2, prefix_layer=True, window=4, init_heads=tmp_path / "pp"),
+                    base, log=lambda m: None)
 
 
 def test_the_best_evaluation_is_kept_and_can_be_exported(tiny_model: Path, cache: Path, tmp_path: Path) -> None:
