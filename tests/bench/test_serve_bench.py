@@ -237,6 +237,10 @@ def test_compare_and_serve_reports(tmp_path):
     assert "| 1 | 4 | 0 | 12.50 |" in report and "`full:2,1,1` 2" in report
     paths = bench.write_report(single, tmp_path / "one")
     assert paths["markdown"].read_text() == report and paths["png"].stat().st_size > 1000
+    assert "Warning" not in report
+    single["levels"][1]["window"] = {"seconds": 10.0, "read_s": 2.0, "output_tokens": 600.0, "output_tokens_per_s": 60.0}
+    assert "Warning: at concurrency 4 the deadline's counter read took 2.00 s of a 10.00 s window; " \
+           "its output tok/s is uncertain by ±10%" in bench.markdown_report(single)
 
 
 def test_round_order_rotates_so_every_server_takes_every_slot():
@@ -518,10 +522,11 @@ def test_window_throughput_is_the_server_count_over_the_window():
 
     before = bench.parse_prometheus("vllm:generation_tokens_total{model_name=\"m\"} 100\n")
     at_deadline = bench.parse_prometheus("vllm:generation_tokens_total{model_name=\"m\"} 700\n")
-    assert window_throughput(before, at_deadline, 10.0) == {"seconds": 10.0, "output_tokens": 600.0,
-                                                            "output_tokens_per_s": 60.0}
-    assert window_throughput(before, None, 10.0) is None
-    assert window_throughput(bench.parse_prometheus("other 1\n"), at_deadline, 10.0) is None
+    # the read was sent at 9 s and answered at 11 s: the window ends at the midpoint, 10 s
+    assert window_throughput(before, at_deadline, 9.0, 11.0) == {"seconds": 10.0, "read_s": 2.0, "output_tokens": 600.0,
+                                                                 "output_tokens_per_s": 60.0}
+    assert window_throughput(before, None, 9.0, 11.0) is None
+    assert window_throughput(bench.parse_prometheus("other 1\n"), at_deadline, 9.0, 11.0) is None
     level = bench.summarize_level([], 12.0, 2, window={"seconds": 10.0, "output_tokens": 600.0, "output_tokens_per_s": 60.0})
     assert level["output_tokens_per_s"] == 60.0 and level["drained_tokens_per_s"] == 0.0
 

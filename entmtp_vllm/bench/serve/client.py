@@ -234,23 +234,32 @@ async def _bench_async(config: ServeBenchConfig, prompts: list[str], progress: b
             window = None
             if config.duration:  # the server's own count at the deadline, while every client is busy
                 await asyncio.sleep(config.duration)
-                window = window_throughput(before, await level_metrics(http, config), time.perf_counter() - started)
+                sent = time.perf_counter()
+                at_deadline = await level_metrics(http, config)
+                window = window_throughput(before, at_deadline, sent - started, time.perf_counter() - started)
             results, wall = await level
             after = await level_metrics(http, config)
             levels.append(summarize_level(results, wall, concurrency, level_acceptance(before, after), window))
     return {"model": model, "levels": levels}
 
 
-def window_throughput(before: MetricsSnapshot | None, at_deadline: MetricsSnapshot | None, seconds: float) -> dict | None:
+def window_throughput(before: MetricsSnapshot | None, at_deadline: MetricsSnapshot | None,
+                      sent: float, received: float) -> dict | None:
     """Output tokens per second over a `--duration` window, from the server's own counter
     (`vllm:generation_tokens`) at its start and at the deadline: every client is busy for the
     whole window, so this is the steady rate, without the drain of the requests still running at
-    the deadline (up to one whole request at every client). None without that counter."""
+    the deadline (up to one whole request at every client). None without that counter.
+
+    `sent` / `received`: seconds from the level's start to sending the deadline's read and to its
+    answer. The server read its counter somewhere in between (a busy server can take seconds to
+    answer `/metrics`), so the window ends at the midpoint, and `read_s` (the read's duration)
+    bounds the error of `seconds`."""
     counts = [None if snap is None else snap.total(GENERATION_TOKENS) for snap in (before, at_deadline)]
+    seconds = (sent + received) / 2
     if None in counts or seconds <= 0:
         return None
     tokens = counts[1] - counts[0]
-    return {"seconds": seconds, "output_tokens": tokens, "output_tokens_per_s": tokens / seconds}
+    return {"seconds": seconds, "read_s": received - sent, "output_tokens": tokens, "output_tokens_per_s": tokens / seconds}
 
 
 def run_serve_bench(config: ServeBenchConfig, progress: bool = True, label: str = "") -> dict[str, Any]:

@@ -72,11 +72,22 @@ def markdown_report(results: dict[str, Any]) -> str:
             )
     lines += _replicas_markdown(results["levels"])
     lines += _overhead_markdown(results["levels"])
+    lines += _slow_reads_markdown(results["levels"])
     failures = [(level["concurrency"], error) for level in results["levels"] for error in level["errors"]]
     if failures:
         lines += ["", "Errors (first few per level):"]
         lines += [f"- concurrency {c}: {error}" for c, error in failures]
     return "\n".join(lines) + "\n"
+
+
+def _slow_reads_markdown(levels: list[dict[str, Any]]) -> list[str]:
+    """A warning for every `--duration` level whose deadline read of the counters took more than
+    5% of its window: the window's end (the read's midpoint) is uncertain by half the read."""
+    slow = [(level["concurrency"], level["window"]) for level in levels
+            if level.get("window") and level["window"].get("read_s", 0.0) > 0.05 * level["window"]["seconds"]]
+    return ["", *(f"Warning: at concurrency {c} the deadline's counter read took {w['read_s']:.2f} s of a "
+                  f"{w['seconds']:.2f} s window; its output tok/s is uncertain by ±{50 * w['read_s'] / w['seconds']:.0f}%"
+                  for c, w in slow)] if slow else []
 
 
 def _replicas_markdown(levels: list[dict[str, Any]]) -> list[str]:
