@@ -13,15 +13,30 @@ import torch
 from entmtp_vllm.config import SamplingParams
 
 
+_BLOCKS = (512, 256, 128)  # block widths tried by greedy_tokens, widest first
+
+
 def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
-    """argmax over the last dimension (ties to the lowest index), as `max(...).indices`, which
-    returns the same index (the first maximal value; a NaN counts as the maximum) and on CPU
-    takes about a third of `argmax`'s time. Half-precision logits are widened to float32 first
-    (exact). Measured on a Xeon with AVX512, one thread, 35 rows x 49152: 1.34 ms against 2.98
-    ms for float32 widening + argmax and 6.36 ms for a bf16 argmax."""
-    if logits.dtype in (torch.float16, torch.bfloat16):
-        logits = logits.float()
-    return logits.max(dim=-1).indices
+    """argmax over the last dimension, ties to the lowest index and a NaN counting as the maximum
+    (as `torch.argmax`), in two passes over blocks of the row: the blocks' maxima (`amax`, which
+    vectorises on CPU, unlike a max that tracks indices), then the index of the maximum inside the
+    first block holding it. The first block holding the row's maximum holds its first occurrence,
+    so the index is argmax's. Exact in any dtype, so half-precision logits are not widened.
+
+    Measured on a Xeon with AVX512, one thread, 38 rows x 49152 (a verification step at 16
+    requests): 0.58 ms in bf16 (0.36 in float32) against 1.32 ms for `max(...).indices` after
+    widening to float32, and 6.4 ms for a bf16 `argmax`. A vocabulary no block width divides
+    takes `max(...).indices` (widened)."""
+    vocab = logits.shape[-1]
+    block = next((b for b in _BLOCKS if vocab % b == 0 and vocab >= 2 * b), None)
+    if block is None:
+        if logits.dtype in (torch.float16, torch.bfloat16):
+            logits = logits.float()
+        return logits.max(dim=-1).indices
+    rows = logits.reshape(-1, vocab // block, block)
+    best = rows.amax(dim=-1).max(dim=-1).indices
+    within = rows[torch.arange(rows.shape[0]), best].max(dim=-1).indices
+    return (best * block + within).reshape(logits.shape[:-1])
 
 
 def processed_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

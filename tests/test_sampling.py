@@ -38,6 +38,31 @@ def test_greedy_tokens_match_argmax_in_the_logits_own_dtype(dtype: torch.dtype) 
         assert torch.equal(greedy_tokens(coarse), coarse.argmax(dim=-1))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("vocab", [49152, 1280, 1000])  # blocks of 512, of 256, none (plain max)
+def test_greedy_tokens_by_blocks_equal_argmax(dtype: torch.dtype, vocab: int) -> None:
+    """The two-pass blocked argmax against `argmax`: ties within and across blocks, a NaN after the
+    maximum's block, the maximum in the last block, no rows, and more than two dimensions."""
+    generator = torch.Generator().manual_seed(1)
+    logits = (torch.randn(6, vocab, generator=generator) * 3).to(dtype)
+    top = logits.max() + 1
+    logits[0, 600 % vocab] = logits[0, vocab - 1] = top  # tied across blocks
+    logits[1, 2] = logits[1, 3] = top  # tied inside a block
+    logits[2, 1] = top
+    logits[2, vocab - 5] = float("nan")
+    logits[3, vocab - 1] = top
+    logits[4] = logits[4].round()
+    assert torch.equal(greedy_tokens(logits), logits.argmax(dim=-1))
+    assert greedy_tokens(logits[:0]).shape == (0,)
+    cube = logits.reshape(2, 3, vocab)
+    assert torch.equal(greedy_tokens(cube), cube.argmax(dim=-1))
+    columns = logits.t().contiguous().t()  # the same values, not contiguous along the vocabulary
+    assert torch.equal(greedy_tokens(columns), logits.argmax(dim=-1))
+    for _ in range(20):
+        coarse = (torch.randn(4, vocab, generator=generator) * 2).round().to(dtype)
+        assert torch.equal(greedy_tokens(coarse), coarse.argmax(dim=-1))
+
+
 def test_temperature_scales_logits() -> None:
     params = SamplingParams(temperature=0.5)
     assert torch.allclose(processed_probs(LOGITS, params), (LOGITS / 0.5).softmax(-1))
