@@ -360,7 +360,7 @@ class TreeRunnerMixin:
             self._timed("compact", started)
             started = time.perf_counter()
 
-        p0, entropies = self._root_features(plan, logits[last_rows])
+        p0, entropies = self._root_features(plan, logits, last_rows)
         plan.outcomes = [
             (token_rows[i], p0[i], entropies[i], accept_lengths[i]) for i in range(plan.num_reqs)
         ]
@@ -373,19 +373,22 @@ class TreeRunnerMixin:
         self._timed("verify", started)
         return SamplerOutput(sampled_token_ids=sampled, logprobs_tensors=None)
 
-    def _root_features(self, plan: StepPlan, rows: torch.Tensor) -> tuple[list[float], list[float]]:
-        """The verifier's top-1 probability p0 and entropy at each request's next root (its
-        row). Zeros, and no softmax over the vocabulary, when nothing will read them: nothing is
-        drafted after this step (sampler fallback, batch fallback), or the policy thresholds
-        neither."""
+    def _root_features(
+        self, plan: StepPlan, logits: torch.Tensor, rows: list[int] | None = None
+    ) -> tuple[list[float], list[float]]:
+        """The verifier's top-1 probability p0 and entropy at each request's next root (`logits`'
+        rows `rows`, or every row). Zeros, and no softmax over the vocabulary (nor a copy of the
+        rows), when nothing will read them: nothing is drafted after this step (sampler fallback,
+        batch fallback), or the policy thresholds neither."""
         drafter = self._entmtp
+        count = logits.shape[0] if rows is None else len(rows)
         if (
             plan.stock_sampler
             or drafter.drafts_nothing(len(self.input_batch.req_ids))
             or not drafter.policy.reads_verifier
         ):
-            return [0.0] * rows.shape[0], [0.0] * rows.shape[0]
-        probs = torch.softmax(rows.float(), dim=-1)
+            return [0.0] * count, [0.0] * count
+        probs = torch.softmax((logits if rows is None else logits[rows]).float(), dim=-1)
         features = torch.stack([probs.max(dim=-1).values, entropy_of(probs)]).cpu()  # host sync (GPU): once per step
         return features[0].tolist(), features[1].tolist()
 
