@@ -288,9 +288,9 @@ class TreeRunnerMixin:
         num_drafts = np.asarray(metadata.num_draft_tokens, dtype=np.int64)
         first = metadata.cu_num_sampled_tokens.cpu().numpy().astype(np.int64) - num_drafts - 1
         rows = logits if not num_drafts.any() else logits[torch.from_numpy(first)]
+        p0, entropies = self._root_features(plan, rows)  # before vLLM's sampler scales `rows` in place
         output = super()._sample(rows, None)
         token_rows = plan.starts[1:] - num_drafts - 1
-        p0, entropies = self._root_features(plan, rows)
         plan.outcomes = [(int(token_rows[i]), p0[i], entropies[i], None) for i in range(plan.num_reqs)]
         if self._entmtp.observes_positions:
             plan.observed = [_accepted_rows(plan, i, int(token_rows[i]), [0]) for i in range(plan.num_reqs)]

@@ -221,6 +221,11 @@ def test_compare_and_serve_reports(tmp_path):
     text = bench.compare_markdown(results)
     assert "| 1 | ngram | 15.00 | 1.500 | 80.0 | 0.800 | 40.0 | 2.000 | – | 4 | 0 |" in text
     assert "--dtype float32" in text
+    assert "Warning" not in text
+    slow = {**results, "runs": _runs()}
+    slow["runs"]["entmtp"]["levels"][0]["window"] = {"seconds": 10.0, "read_s": 1.0, "output_tokens": 600.0,
+                                                     "output_tokens_per_s": 60.0}
+    assert "Warning: `entmtp` at concurrency 1 the deadline's counter read took 1.00 s" in bench.compare_markdown(slow)
     paths = bench.write_compare_report(results, tmp_path / "cmp")
     assert json.loads(paths["json"].read_text())["table"][0]["method"] == "vllm"
     assert paths["png"].stat().st_size > 1000
@@ -655,3 +660,38 @@ def test_vllm_client_command_and_result(tmp_path):
     faster = level_from_result({**result, "output_throughput": 25.6, "p50_tpot_ms": 34.5}, 8, None)
     rows = compare_table({"vllm": {"levels": [level]}, "entmtp": {"levels": [faster]}})
     assert rows[1]["tps_ratio"] == pytest.approx(2.0) and rows[1]["tpot_ratio"] == pytest.approx(0.5)
+
+
+def test_duration_clients_stay_busy_until_the_window_is_read():
+    """With --duration, the clients keep sending past the deadline until the window's counters
+    have been read (a slow /metrics answer must not find idle clients), then stop."""
+    import asyncio
+    import time
+    from types import SimpleNamespace
+
+    from entmtp_vllm.bench.serve.client import run_level
+
+    sends: list[float] = []
+
+    async def create(**kwargs):
+        sends.append(time.perf_counter())
+        await asyncio.sleep(0.02)
+        return _FakeStream([_chat_chunk("x", finish="length")])
+
+    endpoint = SimpleNamespace(create=create)
+    client = SimpleNamespace(chat=SimpleNamespace(completions=endpoint), completions=endpoint)
+    config = bench.make_config(bench.ServeBenchConfig, model="m", concurrency=[2], duration=0.2)
+
+    async def level():
+        window_read = asyncio.Event()
+        start = time.perf_counter()
+        task = asyncio.create_task(run_level(client, config, "m", ["a", "b"], 2, False, window_read=window_read))
+        await asyncio.sleep(0.5)  # the deadline (0.2 s) has passed; the read is still out
+        window_read.set()
+        results, _ = await task
+        return start, results
+
+    start, results = asyncio.run(level())
+    assert all(r.ok for r in results) and len(results) == len(sends)
+    assert max(sends) - start > 0.4  # still sending after the deadline, while the read was out
+    assert max(sends) - start < 0.5 + 0.1  # and stopped once it was answered

@@ -154,9 +154,12 @@ async def stream_request(client, config: ServeBenchConfig, model: str, prompt: s
 
 
 async def run_level(
-    client, config: ServeBenchConfig, model: str, prompts: list[str], concurrency: int, progress: bool, desc: str = ""
+    client, config: ServeBenchConfig, model: str, prompts: list[str], concurrency: int, progress: bool, desc: str = "",
+    window_read: asyncio.Event | None = None,
 ) -> tuple[list[RequestResult], float]:
-    """All requests of one level: (records, wall seconds from the first send to the last end)."""
+    """All requests of one level: (records, wall seconds from the first send to the last end).
+    With `--duration`, the clients stop sending at the deadline, or once `window_read` is set
+    when later (the window's counters are read while every client is still busy)."""
     from tqdm import tqdm
 
     results: list[RequestResult] = []
@@ -170,7 +173,7 @@ async def run_level(
         nonlocal next_index
         while True:
             if deadline is not None:
-                if time.perf_counter() >= deadline:
+                if time.perf_counter() >= deadline and (window_read is None or window_read.is_set()):
                     return
             elif next_index >= len(prompts):
                 return
@@ -227,15 +230,19 @@ async def _bench_async(config: ServeBenchConfig, prompts: list[str], progress: b
         for concurrency in config.concurrency:
             before = await level_metrics(http, config)
             started = time.perf_counter()
+            window_read = asyncio.Event() if config.duration else None
             level = asyncio.create_task(run_level(
                 client, config, model, prompts, concurrency, progress,
-                desc=f"{label + ' ' if label else ''}concurrency {concurrency}",
+                desc=f"{label + ' ' if label else ''}concurrency {concurrency}", window_read=window_read,
             ))
             window = None
             if config.duration:  # the server's own count at the deadline, while every client is busy
                 await asyncio.sleep(config.duration)
                 sent = time.perf_counter()
-                at_deadline = await level_metrics(http, config)
+                try:
+                    at_deadline = await level_metrics(http, config)
+                finally:
+                    window_read.set()
                 window = window_throughput(before, at_deadline, sent - started, time.perf_counter() - started)
             results, wall = await level
             after = await level_metrics(http, config)

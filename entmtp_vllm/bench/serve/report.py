@@ -80,12 +80,13 @@ def markdown_report(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _slow_reads_markdown(levels: list[dict[str, Any]]) -> list[str]:
+def _slow_reads_markdown(levels: list[dict[str, Any]], who: str = "") -> list[str]:
     """A warning for every `--duration` level whose deadline read of the counters took more than
-    5% of its window: the window's end (the read's midpoint) is uncertain by half the read."""
+    5% of its window: the window's end (the read's midpoint) is uncertain by half the read.
+    `who`: the server the levels are of, in a comparison."""
     slow = [(level["concurrency"], level["window"]) for level in levels
             if level.get("window") and level["window"].get("read_s", 0.0) > 0.05 * level["window"]["seconds"]]
-    return ["", *(f"Warning: at concurrency {c} the deadline's counter read took {w['read_s']:.2f} s of a "
+    return ["", *(f"Warning: {who}at concurrency {c} the deadline's counter read took {w['read_s']:.2f} s of a "
                   f"{w['seconds']:.2f} s window; its output tok/s is uncertain by ±{50 * w['read_s'] / w['seconds']:.0f}%"
                   for c, w in slow)] if slow else []
 
@@ -237,6 +238,7 @@ def compare_markdown(results: dict[str, Any]) -> str:
     for number, entry in enumerate(rounds, start=1):
         where = f" (round {number})" if len(rounds) > 1 else ""
         for method, run in entry["runs"].items():
+            lines += _slow_reads_markdown(run["levels"], f"`{method}`{where} ")
             errors = [(lv["concurrency"], e) for lv in run["levels"] for e in lv["errors"]]
             if errors:
                 lines += ["", f"Errors of `{method}`{where}:"] + [f"- concurrency {c}: {e}" for c, e in errors]
