@@ -11,11 +11,17 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from entmtp_vllm.tree import Tree
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# No per-example deadline: on a loaded 2-core CI machine one stall of the scheduler or the
+# garbage collector would fail a property test whose examples take milliseconds.
+settings.register_profile("entmtp", deadline=None)
+settings.load_profile("entmtp")
 
 
 @pytest.fixture(scope="session")

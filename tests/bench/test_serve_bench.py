@@ -688,10 +688,11 @@ def test_duration_clients_stay_busy_until_the_window_is_read():
         task = asyncio.create_task(run_level(client, config, "m", ["a", "b"], 2, False, window_read=window_read))
         await asyncio.sleep(0.5)  # the deadline (0.2 s) has passed; the read is still out
         window_read.set()
+        answered = time.perf_counter()
         results, _ = await task
-        return start, results
+        return start, answered, results
 
-    start, results = asyncio.run(level())
+    start, answered, results = asyncio.run(level())
     assert all(r.ok for r in results) and len(results) == len(sends)
     assert max(sends) - start > 0.4  # still sending after the deadline, while the read was out
-    assert max(sends) - start < 0.5 + 0.1  # and stopped once it was answered
+    assert max(sends) <= answered  # and stopped once it was answered

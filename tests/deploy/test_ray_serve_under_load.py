@@ -15,7 +15,7 @@ import pytest
 
 import _ray_deploy
 
-pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.timeout(1800)]
 
 pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[ray]')")
 pytest.importorskip("ray.serve.llm", reason="ray.serve.llm does not import (pip install -e '.[ray]')")
@@ -25,7 +25,7 @@ APP = "entmtp-load"
 PROMPTS = 8
 CONCURRENCY = 2
 MAX_TOKENS = 16
-RECOVERY_S = 420
+RECOVERY_S = 900  # 198-215 s measured with another job on the cores; returns as soon as it is back
 REQUEST_TIMEOUT_S = 120  # a request of the fault's load answers or fails within this
 FAULT_MAX_TOKENS = 8
 

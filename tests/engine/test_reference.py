@@ -414,9 +414,11 @@ def test_decode_pauses_after_prefill_and_every_step_and_times_only_itself(tiny_m
     assert tree.accept_lengths == alone.accept_lengths
     for gen in (tree, ar):
         # its own time: the prefill and the steps, plus a little bookkeeping per step; the
-        # (steps + 1) pauses held at least 0.02 s of sleep each, none of which is counted
+        # (steps + 1) pauses held at least 0.02 s of sleep each, none of which is counted (the
+        # margin, half the sleep, leaves room for a loaded machine's stalls in the bookkeeping)
         own = gen.prefill_time_s + sum(r.time_s for r in gen.steps)
-        assert own <= gen.total_time_s < own + 0.01 + 0.001 * (len(gen.steps) + 1)
+        slept = 0.02 * (len(gen.steps) + 1)
+        assert own <= gen.total_time_s < own + 0.5 * slept
 
 
 def test_forked_drafters_decode_side_by_side_like_alone(tiny_model):
