@@ -60,9 +60,14 @@ def test_frontier_writes_a_bank_that_loads_and_validates(searched, tiny_folders,
     assert (searched / "frontier.png").stat().st_size > 0
     table = (searched / "frontier.md").read_text()
     assert "| 8 | " in table and "n8" in table
-    assert "mc_sim_7b_63" in table  # named, with why it is not scored (depth 4 > 3 heads)
-    assert frontier["reference"]["skipped"] == "depth 4 > 3 heads"
     assert [s["size"] for s in frontier["frontier"]] == list(range(1, 9))
+
+
+def test_frontier_names_the_reference_tree_and_why_it_is_not_scored(searched, medusa_trees_file):
+    """The published reference tree (read from the shared trees file: skipped without it)."""
+    frontier = json.loads((searched / "frontier.json").read_text())
+    assert "mc_sim_7b_63" in (searched / "frontier.md").read_text()
+    assert frontier["reference"]["skipped"] == "depth 4 > 3 heads"
 
 
 def test_hybrid_frontier_reuses_the_calibration_and_writes_a_hybrid_bank(searched, tiny_folders, tmp_path):
