@@ -30,6 +30,15 @@ chains re-ranked by throughput on vLLM (a bank is chosen on its target engine), 
 verified row costs less next to a step's fixed cost: the lookup chain on any match, else Hydra
 heads 1-2. Measured in the file's metadata (about +10% tok/s over `DEFAULT_BANK` in vLLM)."""
 
+CPU_IN_PROCESS = True
+"""On CPU, `entmtp serve` and `entmtp bench serve --compare` run vLLM's worker inside its engine
+core's process (the uniprocess executor: `VLLM_ENABLE_V1_MULTIPROCESSING=0` and
+`--distributed-executor-backend uni`): two processes (API server, engine core) instead of vLLM's
+three, where the engine core waits for the worker's process by polling a shared-memory queue. On
+the 2-core AVX512 machine every server, with or without speculation, served 1.3-1.5x the tokens a
+second this way (docs/results/serving/process_layout). False (`--no-in-process`): vLLM's own
+layout. Never on a GPU, and left out when the vLLM arguments choose an executor or several devices."""
+
 
 class _Config(BaseModel):
     model_config = ConfigDict(use_attribute_docstrings=True, extra="forbid", frozen=True)

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from entmtp_vllm.config import CPU_IN_PROCESS
 from entmtp_vllm.cpu_features import cpu_flags
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.kv_cache_size import (
@@ -41,8 +42,8 @@ from entmtp_vllm.vllm_plugin.config import ADDITIONAL_CONFIG_KEY, PROPOSER_CLASS
 
 IN_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 """What makes vLLM on CPU keep `--distributed-executor-backend uni` (its CPU platform turns `uni`
-into `mp` otherwise, `platforms/cpu.py` `check_and_update_config`): engine core and worker run in
-the API server's process."""
+into `mp` otherwise, `platforms/cpu.py` `check_and_update_config`): the worker runs inside the
+engine core's process (the API server stays a process of its own)."""
 
 EXECUTOR_OPTIONS = ("--distributed-executor-backend", "--tensor-parallel-size", "-tp",
                     "--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp")
@@ -84,11 +85,10 @@ class ServeOptions(BaseModel):
     """On CPU, pass `--enforce-eager` (start-up is much faster). Never on a GPU, where vLLM's
     default compilation (piecewise CUDA graphs) applies."""
 
-    in_process: bool = False
-    """On CPU, run vLLM's engine core and worker inside the API server's process
-    (`VLLM_ENABLE_V1_MULTIPROCESSING=0` + `--distributed-executor-backend uni`). Off: vLLM's own
-    layout (engine core and worker in their own processes; on CPU `uni` alone would be turned
-    back into `mp`)."""
+    in_process: bool = CPU_IN_PROCESS
+    """On CPU, run vLLM's worker inside its engine core's process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`
+    + `--distributed-executor-backend uni`; `uni` alone would be turned back into `mp`). Off: vLLM's
+    own layout (the worker in a third process). Default and why: `config.CPU_IN_PROCESS`."""
 
     cpu_gemm: Literal["packed", "vllm"] | None = None
     """On CPU, the linear layers' matrix multiply: `packed` (EntMTP's kernel for steps of few
@@ -297,6 +297,10 @@ def build_serve_command(
         if options.in_process and not chooses_executor(extra):
             argv += ["--distributed-executor-backend", "uni"]
             command.env.update(IN_PROCESS_ENV)
+            command.notes.append(
+                "process layout: vLLM's worker inside its engine core's process (two processes, not three: "
+                "on few cores much faster, docs/results/serving/process_layout); --no-in-process for vLLM's own"
+            )
         gemm_env, note = cpu_gemm_env(options.cpu_gemm, dtype or option_value(extra, "--dtype"), environ)
         command.env.update(gemm_env)
         command.notes += [note] if note else []

@@ -8,6 +8,7 @@ import sys
 
 from entmtp_vllm.cli.data_cmd import add_prompt_args
 from entmtp_vllm.cli.generate_cmd import add_decoding_args, sampling_from_args, set_threads
+from entmtp_vllm.config import CPU_IN_PROCESS
 from entmtp_vllm.errors import EntMTPError
 
 
@@ -111,10 +112,11 @@ def register_serve(sub: argparse._SubParsersAction) -> None:
                        help="seconds a server may take to become healthy (default: %(default)s)")
     group.add_argument("--eager", action=argparse.BooleanOptionalAction, default=True,
                        help="on CPU, pass --enforce-eager to every server (default on)")
-    group.add_argument("--in-process", action=argparse.BooleanOptionalAction, default=False,
-                       help="run every server's engine core and worker inside its API server process, as "
-                       "entmtp serve --in-process does (default off: vLLM's own process layout). Every server also "
-                       "gets the same KV cache size, sized once for this machine unless --server-args give one")
+    group.add_argument("--in-process", action=argparse.BooleanOptionalAction, default=CPU_IN_PROCESS,
+                       help="on CPU, run every server's worker inside its engine core's process, as entmtp serve "
+                       "does (default on; --no-in-process: vLLM's own process layout for every server). Every "
+                       "server also gets the same KV cache size, sized once for this machine unless --server-args "
+                       "give one")
     group.add_argument("--cpu-gemm", choices=("packed", "vllm"), default=None,
                        help="on CPU, every server's matrix multiply, as entmtp serve --cpu-gemm chooses it "
                        "(default: packed when the servers run in float32 and the kernel builds here, else vllm)")

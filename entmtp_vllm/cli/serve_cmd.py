@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from entmtp_vllm.config import CPU_IN_PROCESS
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.serve_command import ServeOptions, build_serve_command
 
@@ -49,11 +50,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--eager", action=argparse.BooleanOptionalAction, default=True,
                         help="on CPU, pass --enforce-eager (start-up is much faster); never on a GPU, where vLLM's "
                         "default compilation applies (default on)")
-    parser.add_argument("--in-process", action=argparse.BooleanOptionalAction, default=False,
-                        help="on CPU, run vLLM's engine core and worker inside the API server's process "
-                        "(VLLM_ENABLE_V1_MULTIPROCESSING=0 and --distributed-executor-backend uni; vLLM's CPU platform "
-                        "turns uni alone back into its multiprocess executor). Left out when the vLLM arguments "
-                        "choose an executor or several devices (default off: vLLM's own process layout)")
+    parser.add_argument("--in-process", action=argparse.BooleanOptionalAction, default=CPU_IN_PROCESS,
+                        help="on CPU, run vLLM's worker inside its engine core's process, two processes instead "
+                        "of three (VLLM_ENABLE_V1_MULTIPROCESSING=0 and --distributed-executor-backend uni; vLLM's "
+                        "CPU platform turns uni alone back into its multiprocess executor): on a 2-core machine every "
+                        "server served 1.3-1.5x the tokens a second this way. Left out when the vLLM arguments "
+                        "choose an executor or several devices; --no-in-process: vLLM's own layout (default on)")
     parser.add_argument("--cpu-gemm", choices=("packed", "vllm"), default=None,
                         help="on CPU, the linear layers' matrix multiply: packed (EntMTP's kernel: a step verifying "
                         "a few tokens costs little more than one token; float32 only) or vllm (vLLM's own, oneDNN). "

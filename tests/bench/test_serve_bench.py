@@ -323,15 +323,15 @@ def test_server_commands_share_one_base():
     for built in commands.values():
         command = built.argv
         assert "--max-model-len" in command and command[command.index("--dtype") + 1] == "float32"
-        # vLLM's own process layout unless asked otherwise: no executor option, no variable for it
-        assert "--distributed-executor-backend" not in command and _without_gemm(built.env) == {}
+        # on CPU every server's worker inside its engine core's process unless asked otherwise
+        assert command[command.index("--distributed-executor-backend") + 1] == "uni"
+        assert _without_gemm(built.env) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
         sizes.add(command[command.index("--kv-cache-memory-bytes") + 1])  # sized once for every server
         gemms.add(built.env.get("ENTMTP_CPU_GEMM"))  # one matrix multiply for every server
     assert len(sizes) == 1 and len(gemms) == 1
-    inside = bench.make_config(bench.CompareConfig, in_process=True)
-    for built in bench.server_commands(inside, bench._entmtp_command(inside, "org/model"), "h", 1).values():
-        assert _without_gemm(built.env) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-        assert built.argv[built.argv.index("--distributed-executor-backend") + 1] == "uni"
+    own = bench.make_config(bench.CompareConfig, in_process=False)  # --no-in-process: vLLM's own layout
+    for built in bench.server_commands(own, bench._entmtp_command(own, "org/model"), "h", 1).values():
+        assert "--distributed-executor-backend" not in built.argv and _without_gemm(built.env) == {}
     mine = bench.make_config(bench.CompareConfig, in_process=True, server_args=["--distributed-executor-backend=mp"])
     for built in bench.server_commands(mine, bench._entmtp_command(mine, "org/model"), "h", 1).values():
         assert "--distributed-executor-backend=mp" in built.argv and "uni" not in built.argv

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from entmtp_vllm.config import CPU_IN_PROCESS
 from entmtp_vllm.errors import EntMTPError
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
@@ -142,9 +143,10 @@ class CompareConfig(ServeBenchConfig):
     eager: bool = True
     """On CPU, pass `--enforce-eager` to every server (as `entmtp serve` does by default)."""
 
-    in_process: bool = False
-    """Run every server's engine core and worker inside its API server process
-    (`ServeOptions.in_process`; `entmtp serve --in-process`). Off: vLLM's own process layout."""
+    in_process: bool = CPU_IN_PROCESS
+    """On CPU, run every server's worker inside its engine core's process (`ServeOptions.in_process`;
+    `entmtp serve --in-process`). Off: vLLM's own process layout. Default and why:
+    `config.CPU_IN_PROCESS`."""
 
     cpu_gemm: Literal["packed", "vllm"] | None = None
     """On CPU, every server's matrix multiply (`ServeOptions.cpu_gemm`; `entmtp serve --cpu-gemm`):
