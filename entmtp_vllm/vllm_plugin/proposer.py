@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from entmtp_vllm.config import STEP_BUDGET
-from entmtp_vllm.cpu_gemm.vllm_gemm import use_packed_heads
+from entmtp_vllm.cpu_gemm.vllm_gemm import route_heads
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.lookup import NO_MATCH, LookupMatch, PromptLookup
 from entmtp_vllm.scheduling import RequestSchedule, TreeScheduler
@@ -179,7 +179,8 @@ class EntMTPProposer:
 
             vocab = load_draft_vocab(folder, heads.vocab_size, self.settings.draft_vocab_size)
         self.drafter = TreeDrafter(heads, embed, lm_head, draft_vocab=vocab)
-        self.stats.packed_head_layers = use_packed_heads(self.drafter)
+        if self.settings.head_gemm == "engine":
+            self.stats.head_gemm, self.stats.head_gemm_layers = route_heads(self.drafter)
 
     @property
     def observes_positions(self) -> bool:

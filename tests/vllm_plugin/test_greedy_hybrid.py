@@ -44,3 +44,6 @@ def test_hybrid_trees_keep_greedy_output(llm, chat_prompts, reference_ids):
     assert counters["lookup_proposed"] >= counters["lookup_accepted"], counters
     assert counters["switches"] > 0, counters
     assert set(counters["tree_usage"]) == {"hybrid", "loop"}, counters
+    # the heads ran on vLLM's own matrix multiply for CPU layers (the shipped 4-layer heads:
+    # 4 x (2 input layers + 3 residual blocks), and the draft LM head's projection)
+    assert (counters["head_gemm"], counters["head_gemm_layers"]) == ("vllm", 4 * 5 + 1), counters
