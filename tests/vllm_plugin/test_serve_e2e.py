@@ -13,20 +13,16 @@ non-streaming (greedy), two concurrent clients equal to their sequential results
 from __future__ import annotations
 
 import json
-import os
-import sys
-import threading
 import time
-from pathlib import Path
 
 import pytest
 
 import _openai_chat
+from _entmtp_server import entmtp_server
 from entmtp_vllm.kv_cache_size import node_memory
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-STARTUP_TIMEOUT_S = 900  # 1-3 minutes on an idle 2-core machine; much more when it is shared
 MAX_TOKENS = 24
 PROMPTS = [
     "Explain speculative decoding in two sentences.",
@@ -35,40 +31,18 @@ PROMPTS = [
 ]
 
 
-def _entmtp_command() -> list[str]:
-    script = Path(sys.executable).with_name("entmtp")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "entmtp_vllm.cli.main"]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, model_path):
     """(base_url, model name) of one `entmtp serve` for the whole module."""
-    from entmtp_vllm.bench.serve import ServerProcess, free_port
-
-    folder = tmp_path_factory.mktemp("serve_e2e")
-    port = free_port()
-    prometheus = folder / "prometheus"
-    prometheus.mkdir()
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(prometheus)}
-    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # the normal server topology
-    env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # no memory setting: the front door sizes the cache
     ballast = _hold_node_memory(0.85)
     memory = node_memory()
     assert memory.available < 0.92 * memory.total, memory  # vLLM's default would refuse to start here
-    command = _entmtp_command() + [
-        "serve", "--model", model_path, "--dtype", "float32",
-        "--", "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "1024", "--seed", "0",
-    ]
-    base_url = f"http://127.0.0.1:{port}/v1"
-    process = ServerProcess(command, folder / "server.log", base_url, env=env, name="entmtp serve")
-    try:
-        process.wait_healthy(STARTUP_TIMEOUT_S)
-        log = (folder / "server.log").read_text(errors="replace")
-        assert "# KV cache: --kv-cache-memory-bytes" in log  # the size it chose, printed
+    folder = tmp_path_factory.mktemp("serve_e2e")
+    # no memory setting: the front door sizes the cache
+    with entmtp_server(folder, model_path, [], drop_env=("VLLM_CPU_KVCACHE_SPACE",)) as (base_url, log):
+        assert "# KV cache: --kv-cache-memory-bytes" in log.read_text(errors="replace")  # the size it chose, printed
         yield base_url, model_path
-    finally:
-        process.stop()
-        del ballast
+    del ballast
 
 
 def _hold_node_memory(fraction_free: float) -> bytearray:
@@ -158,25 +132,7 @@ def test_two_concurrent_clients_get_their_sequential_results(server):
     base_url, model = server
     prompts = PROMPTS[:2]
     sequential = [_chat(_client(base_url), model, prompt, 32) for prompt in prompts]
-    results: dict[int, str] = {}
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(len(prompts))
-
-    def worker(i: int) -> None:
-        try:
-            client = _client(base_url)
-            barrier.wait(timeout=60)
-            results[i] = _chat(client, model, prompts[i], 32)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(prompts))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=600)
-    assert not errors, errors
-    assert [results[i] for i in range(len(prompts))] == sequential
+    assert _openai_chat.concurrent_chats(base_url, model, prompts, 32) == sequential
 
 
 def test_metrics_show_entmtp_series(server):
