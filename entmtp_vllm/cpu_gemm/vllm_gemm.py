@@ -17,6 +17,7 @@ import torch
 
 from entmtp_vllm.config import CPU_GEMM
 from entmtp_vllm.cpu_gemm.build import CpuGemmUnavailable
+from entmtp_vllm.cpu_gemm.hf_model import route_drafter, use_packed_drafter
 
 PACKED = "packed"
 _state = {"layers": 0, "warned": False}
@@ -89,8 +90,6 @@ def route_heads(drafter) -> tuple[str, int]:
     if drafter.device.type != "cpu":
         return "torch", 0
     if requested():
-        from entmtp_vllm.cpu_gemm.hf_model import use_packed_drafter
-
         try:
             count = use_packed_drafter(drafter)
         except CpuGemmUnavailable as exc:
@@ -99,31 +98,15 @@ def route_heads(drafter) -> tuple[str, int]:
         else:
             if count:
                 return PACKED, count
-    return "vllm", _use_vllm_dispatch(drafter)
+    return "vllm", route_drafter(drafter, _vllm_linear)
 
 
-def _use_vllm_dispatch(drafter) -> int:
-    """Each head layer and the LM-head projection through vLLM's CPU linear dispatch (the
-    weights stay in place: the layers' `cpu_linear` is built beside them)."""
+def _vllm_linear(weight: torch.Tensor):
+    """vLLM's CPU linear dispatch's matrix multiply `linear(x, weight, bias)` for `weight`
+    (which stays in place: the dispatch builds its own copy beside it)."""
     from vllm.model_executor.layers import utils
 
-    count = 0
-    for module in drafter.heads.modules():
-        if isinstance(module, torch.nn.Linear):
-            utils.dispatch_cpu_unquantized_gemm(module, remove_weight=False)
-            module.forward = _dispatched_forward(module)
-            count += 1
-    if drafter.lm_head_weight is not None and not drafter.heads.own_lm_head and drafter.lm_head_linear is None:
-        projection = torch.nn.Module()
-        projection.weight = torch.nn.Parameter(drafter.lm_head_weight, requires_grad=False)
-        utils.dispatch_cpu_unquantized_gemm(projection, remove_weight=False)
-        drafter.lm_head_linear = lambda x: projection.cpu_linear(x, projection.weight, None)
-        count += 1
-    return count
-
-
-def _dispatched_forward(module: torch.nn.Linear):
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        return module.cpu_linear(x, module.weight, module.bias)
-
-    return forward
+    layer = torch.nn.Module()
+    layer.weight = torch.nn.Parameter(weight, requires_grad=False)
+    utils.dispatch_cpu_unquantized_gemm(layer, remove_weight=False)
+    return layer.cpu_linear

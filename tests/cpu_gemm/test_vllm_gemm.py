@@ -11,7 +11,6 @@ from entmtp_vllm.cpu_gemm.build import CpuGemmUnavailable, load_library
 pytestmark = pytest.mark.vllm
 
 
-
 @pytest.fixture
 def kernel():
     try:

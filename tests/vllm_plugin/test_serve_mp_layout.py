@@ -10,7 +10,6 @@ the drafts really went through the handoff (`entmtp_draft_handoffs` > 0) and wer
 
 from __future__ import annotations
 
-
 import pytest
 
 import _openai_chat
