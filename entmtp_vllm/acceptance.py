@@ -110,6 +110,23 @@ def accept_greedy(
     return AcceptResult(accepted, int(target[accepted[-1]]))
 
 
+def accept_greedy_host(buffers: TreeBuffers, draft_tokens: Sequence[int], target: Sequence[int]) -> AcceptResult:
+    """`accept_greedy` when the rows' argmax is already on the host (`target`, one int per
+    node, e.g. one `tolist()` of a whole step's argmax): the same path and bonus, walked in
+    Python over the tree's host lists instead of a handful of small tensor ops per request."""
+    parents = buffers.parent_list
+    ok = [False] + [draft_tokens[i] == target[parents[i]] for i in range(1, len(parents))]
+    best, length = buffers.retrieve_rows[0], -1
+    for row in buffers.retrieve_rows:  # the longest run from the root, ties to the first row
+        n = 0
+        while n + 1 < len(row) and ok[row[n + 1]]:
+            n += 1
+        if n > length:
+            best, length = row, n
+    accepted = list(best[: length + 1])
+    return AcceptResult(accepted, int(target[accepted[-1]]))
+
+
 def accept_typical(
     buffers: TreeBuffers,
     draft_tokens: torch.Tensor,

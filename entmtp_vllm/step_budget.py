@@ -2,7 +2,7 @@
 
     if gate.drafts(batch, cost_model):                        # before any head call
         values = node_values(draft.token_probs, buffers, calibration.head_scale, lookup_rate)
-        plan = plan_budget([BudgetRequest(values, chain_nodes(buffers)), ...], cost_model, spent)
+        plan = plan_budget([BudgetRequest(values, buffers.chain_nodes), ...], cost_model, spent)
         gate.observe(batch, plan, drafting_seconds)
 
 Every request arrives with its policy's tree, drafted in full (`heads.drafting.draft_trees`).
@@ -45,15 +45,6 @@ class BudgetRequest:
     chain_nodes: int
     """The longest prefix of the draft nodes that forms a chain (a longer prefix branches: its
     rows pay the tree-attention cost)."""
-
-
-def chain_nodes(parents: Sequence[int]) -> int:
-    """How many draft nodes (node order) form a chain below the root, from `parents` (node
-    order, parents[0] = -1)."""
-    n = 0
-    while n + 1 < len(parents) and parents[n + 1] == n:
-        n += 1
-    return n
 
 
 def node_values(token_probs: Sequence[float], parents: Sequence[int], head_scale: float, lookup_rate: float) -> list[float]:

@@ -62,6 +62,25 @@ class TreeBuffers:
     depth: int
     """D, the depth of the deepest node."""
 
+    parent_list: tuple[int, ...]
+    """`parents` on the host, for the per-request Python of a step (no tensor reads)."""
+
+    retrieve_rows: tuple[tuple[int, ...], ...]
+    """`retrieve_indices` on the host without the padding: each leaf's root-to-leaf nodes."""
+
+    chain_nodes: int
+    """How many draft nodes (node order) form a chain below the root: the tree's longest prefix
+    in node order that does not branch (N - 1 for a chain)."""
+
+
+def chain_nodes(parents: Sequence[int]) -> int:
+    """How many draft nodes (node order) form a chain below the root, from `parents` (node
+    order, parents[0] = -1)."""
+    n = 0
+    while n + 1 < len(parents) and parents[n + 1] == n:
+        n += 1
+    return n
+
 
 def build_tree_buffers(tree: Tree, device: str | torch.device = "cpu") -> TreeBuffers:
     """Compute every index tensor of `tree` on `device`."""
@@ -115,6 +134,9 @@ def build_tree_buffers(tree: Tree, device: str | torch.device = "cpu") -> TreeBu
         lookup_nodes=lookup_nodes,
         num_nodes=num_nodes,
         depth=depth,
+        parent_list=tuple(parents),
+        retrieve_rows=tuple(tuple(chains[i]) for i in leaves),
+        chain_nodes=chain_nodes(parents),
     )
 
 

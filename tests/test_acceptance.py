@@ -6,6 +6,9 @@ import math
 
 import pytest
 import torch
+from _tree_strategies import prefix_closed_choices
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.stats import chisquare
 
 from entmtp_vllm import acceptance
@@ -15,6 +18,7 @@ from entmtp_vllm.acceptance import (
     _residual,
     accept,
     accept_greedy,
+    accept_greedy_host,
     accept_lossless,
     accept_typical,
 )
@@ -67,6 +71,28 @@ def test_greedy_reads_a_precomputed_argmax_when_given_one() -> None:
     assert (given.accepted, given.bonus_token) == (own.accepted, own.bonus_token)
     other = accept_greedy(UNEVEN, tokens, logits, target=torch.tensor([2, 3, 0, 0, 0, 0]))
     assert other.accepted == [0, 1, 3] and other.bonus_token == 0
+
+
+def test_greedy_host_walk_on_the_hand_built_tree() -> None:
+    tokens = [7, 2, 2, 3, 3, 4]
+    result = accept_greedy_host(UNEVEN, tokens, [2, 3, 3, 0, 4, 6])
+    assert (result.accepted, result.bonus_token) == ([0, 2, 4, 5], 6)
+    tie = accept_greedy_host(UNEVEN, [7, 2, 2, 0, 0, 1], [2, 0, 0, 0, 0, 0])  # both rows match 2: first
+    assert (tie.accepted, tie.bonus_token) == ([0, 1, 3], 0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(choices=prefix_closed_choices(max_nodes=20, max_rank=3, max_depth=5, lookup=True), data=st.data())
+def test_greedy_host_walk_equals_the_tensor_rule(choices: list[list[int]], data) -> None:
+    """The runner's host walk (one argmax list for the step) keeps the path and bonus of
+    `accept_greedy` on any tree, duplicated siblings and ties included (tokens from 3 ids)."""
+    buffers = build_tree_buffers(Tree.from_choices(choices))
+    n = buffers.num_nodes
+    tokens = data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+    argmaxes = data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+    expected = accept_greedy(buffers, torch.tensor(tokens), peaked_logits(argmaxes, vocab=3))
+    got = accept_greedy_host(buffers, tokens, argmaxes)
+    assert (got.accepted, got.bonus_token) == (expected.accepted, expected.bonus_token)
 
 
 def test_greedy_ties_go_to_the_first_row() -> None:

@@ -11,11 +11,11 @@ from entmtp_vllm.step_budget import (
     DraftGate,
     HeadCalibration,
     LookupRate,
-    chain_nodes,
     node_values,
     plan_budget,
 )
 from entmtp_vllm.step_cost import StepCostModel
+from entmtp_vllm.topology import chain_nodes
 
 
 def cost_model(fixed: float, per_request: float, per_token: float, per_tree_token: float = 0.0) -> StepCostModel:

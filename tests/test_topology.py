@@ -57,6 +57,10 @@ def brute_force(choices: list[list[int]]) -> dict[str, object]:
         "lookup_nodes": tuple(i for i, p in enumerate(nodes) if p and all(r == -1 for r in p)),
         "num_nodes": n,
         "depth": depth,
+        "parent_list": tuple([-1] + [nodes.index(p[:-1]) for p in paths]),
+        "retrieve_rows": tuple(tuple(j for j in range(n) if _is_prefix(nodes[j], nodes[leaf])) for leaf in leaves),
+        # the longest node-order prefix whose every node k >= 1 is the child of node k - 1
+        "chain_nodes": max(k for k in range(n) if all(nodes[i][:-1] == nodes[i - 1] for i in range(1, k + 1))),
     }
 
 
@@ -157,6 +161,9 @@ def test_hand_worked_small_tree() -> None:
     assert b.topk == 3
     assert b.medusa_gather.tolist() == [0, 1, 3, 4, 5, 7]
     assert (b.num_nodes, b.depth) == (6, 3)
+    assert b.parent_list == (-1, 0, 0, 1, 1, 3)
+    assert b.retrieve_rows == ((0, 2), (0, 1, 4), (0, 1, 3, 5))
+    assert b.chain_nodes == 1  # node 2 hangs off the root, not off node 1
 
 
 def test_hand_worked_mc_sim_7b_63(medusa_trees: dict[str, list[list[int]]]) -> None:

@@ -252,7 +252,7 @@ class DraftStep:
 
     def _draft_probs(self, buffers) -> torch.Tensor:
         """float[N, V]: row i = the head distribution node i's token was taken from."""
-        nodes, parents = buffers.nodes, buffers.parents.tolist()
+        nodes, parents = buffers.nodes, buffers.parent_list
         probs = torch.zeros(buffers.num_nodes, self.drafter.heads.vocab_size, device=buffers.parents.device)
         cache: dict = {}
         for i in range(1, buffers.num_nodes):
@@ -345,7 +345,7 @@ def draft_trees(
                 f"the tree has {len(buffers.lookup_nodes)} lookup nodes but the lookup proposed "
                 f"{len(lookup_tokens)} tokens: cut the tree to the proposal (TopologyBank.buffers lookup_length)"
             )
-        plans.append((buffers, buffers.parents.tolist(), lookup_tokens))
+        plans.append((buffers, buffers.parent_list, lookup_tokens))
     tokens = [[step.root_token] * buffers.num_nodes for step, (buffers, _, _) in zip(steps, plans)]
     probs = [[1.0] * buffers.num_nodes for buffers, _, _ in plans]
     for d in range(1, max(buffers.depth for buffers, _, _ in plans) + 1):

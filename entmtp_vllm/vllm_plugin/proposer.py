@@ -35,7 +35,6 @@ from entmtp_vllm.step_budget import (
     DraftGate,
     HeadCalibration,
     LookupRate,
-    chain_nodes,
     node_values,
     plan_budget,
 )
@@ -323,7 +322,7 @@ class EntMTPProposer:
         chosen: set[int] = set()
         shapes: set[str] = set()
         for i, index, buffers, draft, n in zip(live, indices, trees, drafts, kept):
-            shapes.add("none" if n == 0 else "chain" if n <= chain_nodes(buffers.parents.tolist()) else "tree")
+            shapes.add("none" if n == 0 else "chain" if n <= buffers.chain_nodes else "tree")
             if self.budget is not None:
                 self._count("budget_cut_nodes", buffers.num_nodes - 1 - n)
                 self._count("budget_empty", int(n == 0))
@@ -364,10 +363,10 @@ class EntMTPProposer:
         scale, config, prior = self.calibration.scale, self.budget, self.lookup_rate.rate
         candidates = []
         for draft, buffers, state in zip(drafts, trees, states):
-            parents = buffers.parents.tolist()
+            parents = buffers.parent_list
             rate = state.lookup.token_rate(prior, config.lookup_prior_weight) if buffers.lookup_nodes else 0.0
             values = node_values(draft.token_probs, parents, scale, rate)
-            candidates.append(BudgetRequest(values, chain_nodes(parents)))
+            candidates.append(BudgetRequest(values, buffers.chain_nodes))
         # Requests that draft nothing this step (None in) still take a row each.
         padding = max(0, batch_size - len(candidates))
         plan = plan_budget(candidates + [BudgetRequest((), 0)] * padding, self.cost_model, spent)
