@@ -84,12 +84,19 @@ def _path(buffers: TreeBuffers, row: int, drafts: int) -> list[int]:
     return buffers.retrieve_indices[row, : drafts + 1].tolist()
 
 
-def longest_path(buffers: TreeBuffers, node_ok: torch.Tensor) -> list[int]:
+def longest_path(buffers: TreeBuffers, node_ok: torch.Tensor | Sequence[bool]) -> list[int]:
     """The accepted path (root first) given which nodes pass their criterion: the longest run
-    from the root over the retrieve rows, ties to the first row (the rule every mode shares)."""
-    lengths = _accepted_drafts(buffers, node_ok)
-    best = int(lengths.argmax())
-    return _path(buffers, best, int(lengths[best]))
+    from the root over the retrieve rows, ties to the first row (the rule every mode shares).
+    Walked in Python over the tree's host rows (`node_ok` a tensor is read once)."""
+    ok = node_ok.tolist() if isinstance(node_ok, torch.Tensor) else node_ok
+    best, length = buffers.retrieve_rows[0], -1
+    for row in buffers.retrieve_rows:
+        n = 0
+        while n + 1 < len(row) and ok[row[n + 1]]:
+            n += 1
+        if n > length:
+            best, length = row, n
+    return list(best[: length + 1])
 
 
 def accept_greedy(
@@ -115,15 +122,7 @@ def accept_greedy_host(buffers: TreeBuffers, draft_tokens: Sequence[int], target
     node, e.g. one `tolist()` of a whole step's argmax): the same path and bonus, walked in
     Python over the tree's host lists instead of a handful of small tensor ops per request."""
     parents = buffers.parent_list
-    ok = [False] + [draft_tokens[i] == target[parents[i]] for i in range(1, len(parents))]
-    best, length = buffers.retrieve_rows[0], -1
-    for row in buffers.retrieve_rows:  # the longest run from the root, ties to the first row
-        n = 0
-        while n + 1 < len(row) and ok[row[n + 1]]:
-            n += 1
-        if n > length:
-            best, length = row, n
-    accepted = list(best[: length + 1])
+    accepted = longest_path(buffers, [False] + [draft_tokens[i] == target[parents[i]] for i in range(1, len(parents))])
     return AcceptResult(accepted, int(target[accepted[-1]]))
 
 
