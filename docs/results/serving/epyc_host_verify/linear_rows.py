@@ -19,6 +19,8 @@ import torch
 
 
 def main() -> None:
+    if len(sys.argv) != 3 or not sys.argv[1].isdigit() or sys.argv[2] not in ("bfloat16", "float32", "float16"):
+        sys.exit(f"usage: linear_rows.py THREADS DTYPE (bfloat16, float32 or float16), got {sys.argv[1:]}")
     threads, dtype = int(sys.argv[1]), getattr(torch, sys.argv[2])
     torch.set_num_threads(threads)
     from entmtp_vllm.cpu_gemm.vllm_gemm import _vllm_linear

@@ -18,6 +18,8 @@ import time
 
 
 def main() -> None:
+    if len(sys.argv) != 3 or not all(arg.isdigit() and int(arg) > 0 for arg in sys.argv[1:]):
+        sys.exit(f"usage: phase_overhead.py PROMPTS SEQS (two positive integers), got {sys.argv[1:]}")
     n, seqs = int(sys.argv[1]), int(sys.argv[2])
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from transformers import AutoTokenizer
