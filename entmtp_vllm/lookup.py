@@ -12,7 +12,9 @@ the tokens that followed it are the proposal. When the copy reaches the end of t
 proposal itself, i.e. it assumes the loop continues.
 
 `LookupStats` keeps a request's recent lookup acceptance (an EMA of accepted/proposed),
-which the scheduler may read next to the match length.
+which the scheduler may read next to the match length, and its token hit rate, which also
+learns from the proposals that were not drafted (`expect`, then `settle` against the tokens the
+request emitted: lossless decoding emits exactly the tokens a verification would have accepted).
 """
 
 from __future__ import annotations
@@ -124,7 +126,11 @@ class LookupStats:
         self.trials = 0.0
         """Lookup tokens accepted / verified with their parent accepted (a chain of `proposed`
         with `accepted` accepted tried accepted + 1 of them, or all when all were accepted),
-        each step's counts added after the older ones were scaled by 1 - alpha."""
+        each step's counts added after the older ones were scaled by 1 - alpha; proposals that were
+        not drafted count too (`settle`)."""
+        self.pending: tuple[int, list[int]] | None = None
+        """An undrafted proposal (context position it would have followed, its tokens), scored by
+        the next `settle`."""
 
     def observe(self, proposed: int, accepted: int) -> None:
         """Record a verified step that drafted `proposed` lookup tokens, `accepted` of them accepted."""
@@ -137,6 +143,35 @@ class LookupStats:
         keep = 1.0 - self.alpha
         self.hits = keep * self.hits + accepted
         self.trials = keep * self.trials + min(proposed, accepted + 1)
+
+    def expect(self, position: int, tokens: list[int]) -> None:
+        """A proposal that was not drafted: `tokens` would have followed the context's first
+        `position` tokens. The next `settle` scores it against what the request emits."""
+        self.pending = (position, list(tokens)) if tokens else None
+
+    def settle(self, context: Sequence[int] | np.ndarray) -> tuple[int, int]:
+        """Score the pending undrafted proposal against the request's context now (prompt +
+        output): (tokens tried, tokens hit), as a verification of it would have counted them
+        (hits: the matching prefix; tried: one more, or all the emitted ones when all matched).
+        Only the token hit rate (`token_rate`) learns from it; the acceptance EMA the policies
+        read and the verified counts do not. (0, 0) when nothing is pending or emitted yet."""
+        if self.pending is None:
+            return 0, 0
+        position, tokens = self.pending
+        emitted = context[position : position + len(tokens)]
+        if not len(emitted):
+            return 0, 0
+        self.pending = None
+        hits = 0
+        for want, got in zip(tokens, emitted):
+            if int(got) != want:
+                break
+            hits += 1
+        tried = min(len(emitted), hits + 1)
+        keep = 1.0 - self.alpha
+        self.hits = keep * self.hits + hits
+        self.trials = keep * self.trials + tried
+        return tried, hits
 
     def token_rate(self, prior: float, prior_weight: float) -> float:
         """Chance that a lookup token is accepted when its parent is: the hit rate, starting at

@@ -123,3 +123,36 @@ def test_stats_ema_of_accepted_fraction() -> None:
     assert stats.accept_rate == 0.5 and stats.proposed == 8 and stats.accepted == 4
     found = LOOKUP.propose([1, 2, 1], 2)
     assert stats.features(found) == {"lookup_match": 1.0, "lookup_tokens": 2.0, "lookup_accept_rate": 0.5}
+
+
+def test_an_undrafted_proposal_is_scored_against_what_the_request_emitted() -> None:
+    stats = LookupStats(alpha=0.5)
+    context = [1, 2, 3]
+    stats.expect(len(context), [10, 11, 12])
+    assert stats.settle(context) == (0, 0) and stats.pending is not None  # nothing emitted yet
+    assert stats.settle(context + [10, 11, 5, 9]) == (3, 2)  # two hit, the third tried and missed
+    assert (stats.hits, stats.trials) == (2.0, 3.0)
+    assert stats.pending is None and stats.settle(context + [10, 11, 12]) == (0, 0)  # scored once
+    assert stats.accept_rate == 0.0 and stats.proposed == 0  # the policies' feature is untouched
+    stats.expect(3, [10, 11, 12])
+    assert stats.settle(np.array(context + [10])) == (1, 1)  # one emitted so far, and it hit
+    assert (stats.hits, stats.trials) == (0.5 * 2 + 1, 0.5 * 3 + 1)
+    stats.expect(3, [])
+    assert stats.pending is None
+
+
+@given(
+    st.lists(st.integers(0, 3), min_size=1, max_size=6),
+    st.lists(st.integers(0, 3), min_size=6, max_size=8),
+)
+def test_scoring_an_undrafted_proposal_counts_what_verifying_it_would_have(proposal, emitted) -> None:
+    """Lossless decoding emits the tokens a verification accepts, so scoring a proposal against
+    them adds the hits and trials its verification would have added."""
+    accepted = next((k for k, (a, b) in enumerate(zip(proposal, emitted)) if a != b), len(proposal))
+    verified, scored = LookupStats(alpha=0.3), LookupStats(alpha=0.3)
+    verified.observe(4, 1)
+    scored.observe(4, 1)
+    verified.observe(len(proposal), accepted)
+    scored.expect(5, proposal)
+    assert scored.settle([9] * 5 + emitted) == (min(len(proposal), accepted + 1), accepted)
+    assert (scored.hits, scored.trials) == pytest.approx((verified.hits, verified.trials))

@@ -66,6 +66,9 @@ def _counter_family(prometheus: Any) -> dict[str, Any]:
         "compaction_moves": Counter("entmtp_compaction_moves", "K/V rows moved by compaction"),
         "lookup_tokens": Counter("entmtp_lookup_tokens", "Prompt-lookup draft tokens verified (hybrid trees)"),
         "lookup_accepted": Counter("entmtp_lookup_accepted", "Prompt-lookup draft tokens accepted"),
+        "lookup_unverified": Counter(
+            "entmtp_lookup_unverified", "Prompt-lookup tokens scored against the emitted tokens without being drafted"
+        ),
         "budget_cut_nodes": Counter("entmtp_budget_cut_nodes", "Drafted nodes the step budget did not keep"),
         "budget_empty": Counter("entmtp_budget_empty", "Request steps the step budget gave no draft"),
         "gate_skips": Counter("entmtp_gate_skips", "Engine steps that called no head because the heads' drafts did not pay at their batch size"),

@@ -288,6 +288,8 @@ class EntMTPProposer:
         states = [self._state(requests[i].req_id) for i in live]
         for i, state in zip(live, states):
             self.scheduler.observe(state, requests[i].accept_length)
+            self._score_undrafted(state, requests[i].context)
+        all_live, all_states, all_found = live, states, found
         steps = [self._drafter_of(requests[i]).begin(requests[i].hidden.to(self.device), requests[i].root) for i in live]
         # The heads' top-1 chain only as deep as the policy reads it (head_top1_1: head 1, whose
         # output the draft reuses); the path value max(p0, p0·p1, …) equals p0 (every p <= 1).
@@ -321,8 +323,11 @@ class EntMTPProposer:
         kept = plan.kept if plan is not None else [buffers.num_nodes - 1 for buffers in trees]
         chosen: set[int] = set()
         shapes: set[str] = set()
+        drafted_lookup: set[int] = set()
         for i, index, buffers, draft, n in zip(live, indices, trees, drafts, kept):
             shapes.add("none" if n == 0 else "chain" if n <= buffers.chain_nodes else "tree")
+            if buffers.lookup_nodes and buffers.lookup_nodes[0] <= n:
+                drafted_lookup.add(i)
             if self.budget is not None:
                 self._count("budget_cut_nodes", buffers.num_nodes - 1 - n)
                 self._count("budget_empty", int(n == 0))
@@ -334,6 +339,9 @@ class EntMTPProposer:
             name = self.bank.names[index]
             self.stats.tree_usage[name] = self.stats.tree_usage.get(name, 0) + 1
             self._count("steps", metric="tree_steps", tree=name)
+        for i, state, match in zip(all_live, all_states, all_found):
+            if match.tokens and i not in drafted_lookup:  # scored against what the request emits next
+                state.lookup.expect(len(requests[i].context), match.tokens)
         if len(chosen) > 1:
             self.stats.mixed_steps += 1
         if len(shapes) == 3:
@@ -353,6 +361,18 @@ class EntMTPProposer:
             self.scheduler.skip(state, request.entropy)
             if self.observes_positions:
                 self._drafter_of(request)
+
+    def _score_undrafted(self, state: RequestSchedule, context: Any) -> None:
+        """The request's last lookup proposal that was not drafted, scored against the tokens it
+        emitted since: the step budget's lookup hit rates (the request's and the engine's) then
+        follow the lookup while the budget drafts none of it, instead of keeping the rate that
+        stopped it (a few early misses would otherwise stop prompt lookup for good)."""
+        if context is None or state.lookup.pending is None:
+            return
+        tried, hits = state.lookup.settle(context)
+        if tried:
+            self.lookup_rate.observe(tried, hits)
+            self._count("lookup_unverified", tried)
 
     def _budget(self, drafts: list, trees: list[TreeBuffers], states: list[RequestSchedule], batch_size: int,
                 spent: float) -> BudgetPlan | None:

@@ -40,6 +40,9 @@ class ProposerStats:
     """Prompt-lookup tokens verified (hybrid trees)."""
     lookup_accepted: int = 0
     """Prompt-lookup tokens accepted."""
+    lookup_unverified: int = 0
+    """Prompt-lookup tokens scored without being drafted, against the tokens their request
+    emitted (`lookup.LookupStats.settle`), for the step budget's lookup hit rates."""
     budget_cut_nodes: int = 0
     """Drafted nodes the step budget did not keep."""
     budget_empty: int = 0
@@ -79,6 +82,7 @@ class ProposerStats:
             "requests_freed": self.requests_freed,
             "lookup_proposed": self.lookup_proposed,
             "lookup_accepted": self.lookup_accepted,
+            "lookup_unverified": self.lookup_unverified,
             "budget_cut_nodes": self.budget_cut_nodes,
             "budget_empty": self.budget_empty,
             "gate_skips": self.gate_skips,

@@ -222,6 +222,32 @@ def test_where_the_gate_stops_the_heads_prompt_lookup_still_drafts(tmp_path, hea
     assert calls == [] and proposer.stats.gate_skips == 1
 
 
+def test_prompt_lookup_that_stopped_paying_is_drafted_again_once_its_copies_come_true(tmp_path):
+    """The lookup's hit rate also learns from proposals the budget did not draft (scored against
+    the tokens the request emitted), so a few early misses do not stop prompt lookup for good."""
+    bank = tmp_path / "bank.json"
+    bank.write_text('{"hydra": [[0]], "loop": [[-1], [-1, -1], [-1, -1, -1]]}')
+    settings = {"bank": str(bank), "policy": "hysteresis@lookup_match:0.5:hydra,loop",
+                "budget": {**_budget(10.0, 4.0), "online": False}}  # a lookup token pays above a rate of 0.4
+    proposer = _proposer(settings)
+    period = [1, 2, 3, 4, 5, 6]
+    context = period * 2 + [1, 2]  # a loop: the lookup copies 3, 4, 5
+    assert _drafts(proposer.propose_trees([_lookup_request("loop", context)], batch_size=1)) == [[3]]
+    for _ in range(6):  # its first copies missed
+        proposer.record_lookup("loop", 1, 0)
+    assert proposer.lookup_rate.rate < 0.4
+    drafted, following = [], []
+    for _ in range(8):  # the loop goes on: each step emits the next token of the period
+        context = context + [period[len(context) % 6]]
+        drafted.append(_drafts(proposer.propose_trees([_lookup_request("loop", context)], batch_size=1))[0])
+        following.append(period[len(context) % 6])
+    assert drafted[0] == []  # the misses stopped it
+    resumed = next(k for k, d in enumerate(drafted) if d)  # one scored copy later it drafts again
+    assert all(drafted[k][:1] == [following[k]] for k in range(resumed, len(drafted)))  # and keeps drafting
+    assert proposer.stats.lookup_unverified == resumed  # the copies scored while nothing was drafted
+    assert proposer.stats.lookup_proposed == 6  # the verified ones are the six misses only
+
+
 def test_drafting_time_is_left_out_of_what_the_cost_model_learns():
     proposer = _proposer({"bank": "full:2,1,1", "budget": _budget(10.0, 1.0)})
     proposer.propose_trees([_request("a")], batch_size=1)
