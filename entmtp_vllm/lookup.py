@@ -86,25 +86,22 @@ class PromptLookup:
         if n_total < 2:
             return NO_MATCH
         offset = len(context) - n_total
-        # Every earlier position holding the last token ends a match of length >= 1; extend
-        # those backwards, one comparison per length, up to max_ngram (one pass over the
-        # context, not one per n-gram size).
+        # Every earlier position holding the last token ends a match of length >= 1; keep, one
+        # length at a time, those whose match extends one token further back (one pass over the
+        # context, not one per n-gram size). What is left when none extends has the longest match.
         ends = np.flatnonzero(seq[: n_total - 1] == seq[-1])
         if ends.size == 0:
             return NO_MATCH
-        length = np.ones(ends.size, dtype=np.int64)
-        alive = np.ones(ends.size, dtype=bool)
+        best = 1
         for k in range(1, min(self.config.max_ngram, n_total - 1)):
-            inside = ends >= k
-            alive &= inside
-            alive[inside] &= seq[ends[inside] - k] == seq[n_total - 1 - k]
-            if not alive.any():
+            longer = ends[ends >= k]
+            longer = longer[seq[longer - k] == seq[n_total - 1 - k]]
+            if longer.size == 0:
                 break
-            length += alive
-        best = int(length.max())
+            ends, best = longer, k + 1
         if best < self.config.min_ngram:
             return NO_MATCH
-        start = int(ends[np.flatnonzero(length == best)[-1]]) + 1  # the most recent longest match
+        start = int(ends[-1]) + 1  # the most recent longest match
         tokens = seq[start : start + max_tokens].tolist()
         while len(tokens) < max_tokens:  # past the end: the loop repeats (period n_total - start)
             tokens.append(tokens[len(tokens) - (n_total - start)])

@@ -62,6 +62,10 @@ class TreeBuffers:
     depth: int
     """D, the depth of the deepest node."""
 
+    head_depth: int
+    """Depth of the deepest head-drafted node: how many heads drafting the tree needs (0 for a
+    lookup-only tree)."""
+
     parent_list: tuple[int, ...]
     """`parents` on the host, for the per-request Python of a step (no tensor reads)."""
 
@@ -134,6 +138,7 @@ def build_tree_buffers(tree: Tree, device: str | torch.device = "cpu") -> TreeBu
         lookup_nodes=lookup_nodes,
         num_nodes=num_nodes,
         depth=depth,
+        head_depth=tree.head_depth,
         parent_list=tuple(parents),
         retrieve_rows=tuple(tuple(chains[i]) for i in leaves),
         chain_nodes=chain_nodes(parents),

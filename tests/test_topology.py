@@ -57,6 +57,7 @@ def brute_force(choices: list[list[int]]) -> dict[str, object]:
         "lookup_nodes": tuple(i for i, p in enumerate(nodes) if p and all(r == -1 for r in p)),
         "num_nodes": n,
         "depth": depth,
+        "head_depth": max((len(p) for p in paths if p[-1] != -1), default=0),
         "parent_list": tuple([-1] + [nodes.index(p[:-1]) for p in paths]),
         "retrieve_rows": tuple(tuple(j for j in range(n) if _is_prefix(nodes[j], nodes[leaf])) for leaf in leaves),
         # the longest node-order prefix whose every node k >= 1 is the child of node k - 1

@@ -44,7 +44,7 @@ import torch
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.heads.blocks import PrefixCache
 from entmtp_vllm.heads.hydra import DraftHeads
-from entmtp_vllm.tree import LOOKUP, head_depth
+from entmtp_vllm.tree import LOOKUP
 
 Path_ = tuple[int, ...]
 
@@ -333,7 +333,7 @@ def draft_trees(
     drafter = steps[0].drafter
     plans = []
     for buffers, lookup_tokens in zip(trees, lookups):
-        needed = head_depth(buffers.nodes[1:])
+        needed = buffers.head_depth
         if needed > drafter.max_depth:
             raise EntMTPError(
                 f"the tree is {needed} deep but the heads draft only {drafter.max_depth} tokens: "
@@ -348,11 +348,17 @@ def draft_trees(
         plans.append((buffers, buffers.parent_list, lookup_tokens))
     tokens = [[step.root_token] * buffers.num_nodes for step, (buffers, _, _) in zip(steps, plans)]
     probs = [[1.0] * buffers.num_nodes for buffers, _, _ in plans]
-    for d in range(1, max(buffers.depth for buffers, _, _ in plans) + 1):
+    # Copied tokens first (the lookup chain hangs off the root, node j + 1 at depth j + 1), so
+    # that a lookup-only tree needs nothing below and head nodes below the chain see its tokens.
+    for step, (buffers, _, lookup_tokens), row, row_probs in zip(steps, plans, tokens, probs):
+        for j, i in enumerate(buffers.lookup_nodes):
+            row[i], row_probs[i] = int(lookup_tokens[j]), LOOKUP_PROB
+            step._tokens[buffers.nodes[i]] = row[i]
+    for d in range(1, max(buffers.head_depth for buffers, _, _ in plans) + 1):
         levels = []
         top_k = 0  # the most children any parent of this level needs
         for buffers, parents, _ in plans:
-            if d > buffers.depth:
+            if d > buffers.head_depth:
                 levels.append((range(0), []))
                 continue
             level = range(buffers.level_starts[d], buffers.level_starts[d + 1])
@@ -362,16 +368,15 @@ def draft_trees(
             top_k = max([top_k] + [nodes[i][-1] + 1 for i in level if nodes[i][-1] != LOOKUP])
         # every parent of this level's head nodes, in every step, in one batched head call
         compute_heads(drafter, [(step, paths) for step, (_, paths) in zip(steps, levels) if paths], top_k)
-        for s, (step, (buffers, parents, lookup_tokens), (level, _)) in enumerate(zip(steps, plans, levels)):
+        for s, (step, (buffers, parents, _), (level, _)) in enumerate(zip(steps, plans, levels)):
             nodes = buffers.nodes
             for i in level:
-                if nodes[i][-1] == LOOKUP:
-                    token, prob = int(lookup_tokens[d - 1]), LOOKUP_PROB
-                else:
-                    pp = nodes[parents[i]]
-                    k = max(nodes[c][-1] for c in buffers.children[parents[i]]) + 1
-                    ids, values = step._children(pp, k)
-                    token, prob = ids[nodes[i][-1]], values[nodes[i][-1]]
+                if nodes[i][-1] == LOOKUP:  # copied above
+                    continue
+                pp = nodes[parents[i]]
+                k = max(nodes[c][-1] for c in buffers.children[parents[i]]) + 1
+                ids, values = step._children(pp, k)
+                token, prob = ids[nodes[i][-1]], values[nodes[i][-1]]
                 step._tokens[nodes[i]] = token
                 tokens[s][i] = token
                 probs[s][i] = prob

@@ -298,18 +298,17 @@ class EntMTPProposer:
         asks = fallback_tree is None or not depth
         chains = self.drafter.greedy_chains(steps, depth) if depth and asks else [[] for _ in live]
         indices = []
+        switches = sum(state.policy.switches for state in states)
         for i, state, seen, chain in zip(live, states, found, chains):
             if asks:
                 features = self.scheduler.features(state, requests[i].p0, chain, requests[i].entropy, seen)
-                switches = state.policy.switches
                 index = self.scheduler.choose(state, features)
-                self._count("switches", state.policy.switches - switches)
             else:
                 self.scheduler.skip(state, requests[i].entropy)
-            if fallback_tree is not None:
-                index = fallback_tree
-                self._count("fallback_steps")
-            indices.append(index)
+            indices.append(fallback_tree if fallback_tree is not None else index)
+        self._count("switches", sum(state.policy.switches for state in states) - switches)
+        if fallback_tree is not None:
+            self._count("fallback_steps", len(live))
         trees = [self.bank.buffers(index, self.device, lookup_length=len(m.tokens)) for index, m in zip(indices, matches)]
         if not heads_pay:  # only lookup-only trees with a match draft this step
             copies = [k for k, buffers in enumerate(trees) if 1 < buffers.num_nodes == len(buffers.lookup_nodes) + 1]
@@ -321,28 +320,29 @@ class EntMTPProposer:
         drafts = self.drafter.draft_trees(steps, trees, [m.tokens for m in matches])
         plan = self._budget(drafts, trees, states, batch_size, spent=time.perf_counter() - started if self._online else 0.0)
         kept = plan.kept if plan is not None else [buffers.num_nodes - 1 for buffers in trees]
-        chosen: set[int] = set()
+        used: dict[int, int] = {}  # bank index: requests that drafted it
         shapes: set[str] = set()
         drafted_lookup: set[int] = set()
         for i, index, buffers, draft, n in zip(live, indices, trees, drafts, kept):
             shapes.add("none" if n == 0 else "chain" if n <= buffers.chain_nodes else "tree")
             if buffers.lookup_nodes and buffers.lookup_nodes[0] <= n:
                 drafted_lookup.add(i)
-            if self.budget is not None:
-                self._count("budget_cut_nodes", buffers.num_nodes - 1 - n)
-                self._count("budget_empty", int(n == 0))
             if n == 0:
                 continue
             tokens = draft.tokens[: n + 1].to("cpu", torch.long)
             proposals[i] = Proposal(index, tokens, tokens[1:].tolist(), len(buffers.lookup_nodes), draft.token_probs[: n + 1])
-            chosen.add(index)
+            used[index] = used.get(index, 0) + 1
+        if self.budget is not None:
+            self._count("budget_cut_nodes", sum(b.num_nodes - 1 for b in trees) - sum(kept))
+            self._count("budget_empty", kept.count(0))
+        for index, times in used.items():
             name = self.bank.names[index]
-            self.stats.tree_usage[name] = self.stats.tree_usage.get(name, 0) + 1
-            self._count("steps", metric="tree_steps", tree=name)
+            self.stats.tree_usage[name] = self.stats.tree_usage.get(name, 0) + times
+            self._count("steps", times, metric="tree_steps", tree=name)
         for i, state, match in zip(all_live, all_states, all_found):
             if match.tokens and i not in drafted_lookup:  # scored against what the request emits next
                 state.lookup.expect(len(requests[i].context), match.tokens)
-        if len(chosen) > 1:
+        if len(used) > 1:
             self.stats.mixed_steps += 1
         if len(shapes) == 3:
             self.stats.shape_mixed_steps += 1
