@@ -229,19 +229,23 @@ class EntMTPProposer:
         return found
 
     def record_lookup(self, req_id: str, proposed: int, accepted: int) -> None:
-        """After verification: how many of the request's lookup tokens were drafted / accepted."""
+        """After verification: how many of the request's lookup tokens were drafted / accepted
+        (its lookup statistics and the engine's lookup rate; `record_verification` counts them)."""
         state = self._requests.get(req_id)
         if state is not None and proposed:
             self.scheduler.observe(state, None, proposed, accepted)
             self.lookup_rate.observe(proposed, accepted)
-            self._count("lookup_proposed", proposed, metric="lookup_tokens")
-            self._count("lookup_accepted", accepted)
 
-    def record_verification(self, drafted_nodes: int, accepted_tokens: int, moves: int) -> None:
-        self.stats.verified += 1
+    def record_verification(self, trees: int, drafted_nodes: int, accepted_tokens: int, moves: int,
+                            lookup_proposed: int = 0, lookup_accepted: int = 0) -> None:
+        """One step's verified trees, counted once: their draft nodes, accepted tokens, K/V rows
+        moved by compaction, and prompt-lookup tokens drafted / accepted."""
+        self.stats.verified += trees
         self._count("drafted_nodes", drafted_nodes)
         self._count("accepted_tokens", accepted_tokens)
         self._count("compaction_moves", moves)
+        self._count("lookup_proposed", lookup_proposed, metric="lookup_tokens")
+        self._count("lookup_accepted", lookup_accepted)
 
     def _count(self, stat: str, value: int = 1, metric: str | None = None, **labels: str) -> None:
         """One counter, in the proposer's stats and the Prometheus series (named `metric`, default

@@ -311,6 +311,8 @@ class TreeRunnerMixin:
         accept_lengths: list[int | None] = []
         paths: dict[int, list[int]] = {}  # requests whose accepted path skips a node
         observed: list[tuple[int, list[int]]] | None = [] if drafter.observes_positions else None
+        req_ids = batch.req_ids
+        verified = [0] * 6  # trees, drafted nodes, accepted tokens, moves, lookup drafted / accepted
         # One argmax over every row of the step for the greedy requests, brought to the host in
         # one piece: each greedy request's walk is then Python over its tree's host lists.
         targets = greedy_tokens(logits).tolist() if any(p.greedy for p in plan.params[: plan.num_reqs]) else None
@@ -319,7 +321,7 @@ class TreeRunnerMixin:
             lo = hi - num_drafts[i] - 1
             rows = logits[lo:hi]
             params = plan.params[i]
-            generator = self.requests[batch.req_ids[i]].generator
+            generator = self.requests[req_ids[i]].generator
             tree = plan.trees[i]
             if tree is None:
                 accepted = [0]
@@ -327,20 +329,24 @@ class TreeRunnerMixin:
                 accept_lengths.append(None)
             else:
                 # Host sync (GPU): the acceptance rule reads this request's rows on the host.
+                tokens = tree.tokens.tolist()
                 if params.greedy:
-                    result = accept_greedy_host(tree.buffers, tree.tokens.tolist(), targets[lo:hi])
+                    result = accept_greedy_host(tree.buffers, tokens, targets[lo:hi])
                 else:
                     result = accept(mode, tree.buffers, tree.tokens, rows, params=params, typical=typical,
                                     generator=generator)
                 accepted = result.accepted
-                emitted = result.emitted(tree.tokens)
+                emitted = result.emitted(tokens)
                 accept_lengths.append(len(emitted))
                 moved = sum(node != j for j, node in enumerate(accepted))  # never in a chain
-                drafter.record_verification(tree.buffers.num_nodes - 1, len(accepted) - 1, moved)
                 drafter.record_accepted(tree.token_probs, tree.buffers.parent_list, accepted)
+                lookup_hits = 0
                 if tree.buffers.lookup_nodes:
-                    lookup = set(tree.buffers.lookup_nodes)
-                    drafter.record_lookup(batch.req_ids[i], len(lookup), len(lookup.intersection(accepted)))
+                    lookup_hits = len(set(tree.buffers.lookup_nodes).intersection(accepted))
+                    drafter.record_lookup(req_ids[i], len(tree.buffers.lookup_nodes), lookup_hits)
+                for k, value in enumerate((1, tree.buffers.num_nodes - 1, len(accepted) - 1, moved,
+                                           len(tree.buffers.lookup_nodes), lookup_hits)):
+                    verified[k] += value
                 if moved:
                     paths[i] = accepted
             emitted_rows.append(emitted)
@@ -359,6 +365,8 @@ class TreeRunnerMixin:
             self._timed("compact", started)
             started = time.perf_counter()
 
+        if verified[0]:
+            drafter.record_verification(*verified)
         p0, entropies = self._root_features(plan, logits, last_rows)
         plan.outcomes = [
             (token_rows[i], p0[i], entropies[i], accept_lengths[i]) for i in range(plan.num_reqs)
@@ -366,9 +374,7 @@ class TreeRunnerMixin:
         plan.observed = observed
 
         width = max(len(row) for row in emitted_rows)
-        sampled = torch.full((plan.num_reqs, width), -1, dtype=torch.int32)
-        for i, row in enumerate(emitted_rows):
-            sampled[i, : len(row)] = torch.tensor(row, dtype=torch.int32)
+        sampled = torch.tensor([row + [-1] * (width - len(row)) for row in emitted_rows], dtype=torch.int32)
         self._timed("verify", started)
         return SamplerOutput(sampled_token_ids=sampled, logprobs_tensors=None)
 
