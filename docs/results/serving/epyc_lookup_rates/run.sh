@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Issue #19 at 4, 8 and 16 requests on the 2-core AMD EPYC with AVX512-BF16 (no AMX) after the
+# step budget's lookup rates learnt from undrafted proposals (94a6eae) and drafting's and
+# verification's bookkeeping got cheaper (79d3506, and the commit after it). Run from the
+# repository root with nothing else on the cores. The front door's defaults for every server (bf16
+# on this ISA, the worker inside the engine core), MT-bench test split, 46 prompts, 128 tokens,
+# 3 rounds.
+#   greedy:  no speculation, ngram, EntMTP, this project's client
+#   vllm:    the same with vLLM's own client (`vllm bench serve`)
+set -euo pipefail
+D=docs/results/serving/epyc_lookup_rates
+STAGES=${STAGES:-"greedy vllm"}
+common="--compare --dataset mt_bench --split test -n 46 --max-tokens 128 --no-progress --concurrency 4,8,16 --rounds 3"
+for s in $STAGES; do
+  case $s in
+    greedy) .venv/bin/entmtp bench serve $common --out $D/greedy ;;
+    vllm) .venv/bin/entmtp bench serve $common --client vllm --out $D/vllm_client ;;
+  esac
+done
