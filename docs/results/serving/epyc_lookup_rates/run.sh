@@ -7,6 +7,7 @@
 # 3 rounds.
 #   greedy:  no speculation, ngram, EntMTP, this project's client
 #   vllm:    the same with vLLM's own client (`vllm bench serve`)
+#   c1:      concurrency 1 alone, this project's client (STAGES=c1; not in the default run)
 set -euo pipefail
 D=docs/results/serving/epyc_lookup_rates
 STAGES=${STAGES:-"greedy vllm"}
@@ -15,5 +16,6 @@ for s in $STAGES; do
   case $s in
     greedy) .venv/bin/entmtp bench serve $common --out $D/greedy ;;
     vllm) .venv/bin/entmtp bench serve $common --client vllm --out $D/vllm_client ;;
+    c1) .venv/bin/entmtp bench serve ${common/--concurrency 4,8,16/--concurrency 1} --out $D/c1 ;;
   esac
 done
