@@ -137,9 +137,17 @@ class LookupStats:
         self.accept_rate = rate if self.proposed == 0 else self.accept_rate + self.alpha * (rate - self.accept_rate)
         self.proposed += proposed
         self.accepted += accepted
+        self._add_trial(proposed, accepted)
+
+    def _add_trial(self, offered: int, hits: int) -> int:
+        """One step's `hits` among `offered` lookup tokens, into the hit rate: the tokens tried are
+        the hits and the first miss (all of them when all hit), after the older counts were scaled
+        by 1 - alpha; returns how many were tried."""
+        tried = min(offered, hits + 1)
         keep = 1.0 - self.alpha
-        self.hits = keep * self.hits + accepted
-        self.trials = keep * self.trials + min(proposed, accepted + 1)
+        self.hits = keep * self.hits + hits
+        self.trials = keep * self.trials + tried
+        return tried
 
     def expect(self, position: int, tokens: list[int]) -> None:
         """A proposal that was not drafted: `tokens` would have followed the context's first
@@ -164,11 +172,7 @@ class LookupStats:
             if int(got) != want:
                 break
             hits += 1
-        tried = min(len(emitted), hits + 1)
-        keep = 1.0 - self.alpha
-        self.hits = keep * self.hits + hits
-        self.trials = keep * self.trials + tried
-        return tried, hits
+        return self._add_trial(len(emitted), hits), hits
 
     def token_rate(self, prior: float, prior_weight: float) -> float:
         """Chance that a lookup token is accepted when its parent is: the hit rate, starting at

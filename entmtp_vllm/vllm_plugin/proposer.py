@@ -315,7 +315,7 @@ class EntMTPProposer:
             self._count("fallback_steps", len(live))
         trees = [self.bank.buffers(index, self.device, lookup_length=len(m.tokens)) for index, m in zip(indices, matches)]
         if not heads_pay:  # only lookup-only trees with a match draft this step
-            copies = [k for k, buffers in enumerate(trees) if 1 < buffers.num_nodes == len(buffers.lookup_nodes) + 1]
+            copies = [k for k, buffers in enumerate(trees) if buffers.num_nodes > 1 and buffers.head_depth == 0]
             live, steps, states, indices, trees, matches = (
                 [values[k] for k in copies] for values in (live, steps, states, indices, trees, matches)
             )
