@@ -28,7 +28,9 @@ DEFAULT_VLLM_BANK = str(BANKS_DIR / "smollm2-135m-vllm-cpu.json")
 """The vLLM plugin's default bank (`entmtp serve`, the plugin's `bank` setting): the same two
 chains re-ranked by throughput on vLLM (a bank is chosen on its target engine), where a
 verified row costs less next to a step's fixed cost: the lookup chain on any match, else Hydra
-heads 1-2. Measured in the file's metadata (about +10% tok/s over `DEFAULT_BANK` in vLLM)."""
+heads 1-2. Measured in the file's metadata (about +10% tok/s over `DEFAULT_BANK` in vLLM); re-searched
+for the 4-layer heads against the tree search's frontier trees, which did not beat it served
+(docs/search/vllm_default)."""
 
 CPU_IN_PROCESS = True
 """On CPU, `entmtp serve` and `entmtp bench serve --compare` run vLLM's worker inside its engine
