@@ -9,6 +9,7 @@
 #   vllm:    the same with vLLM's own client (`vllm bench serve`)
 #   c1:      concurrency 1 alone, this project's client (STAGES=c1; not in the default run)
 #   t07:     temperature 0.7 at 1 and 8, 16 prompts, this project's client (STAGES=t07; not in the default run)
+#   t07c8:   temperature 0.7 at 8 with all 46 prompts, this project's client (STAGES=t07c8; not in the default run)
 set -euo pipefail
 D=docs/results/serving/epyc_lookup_rates
 STAGES=${STAGES:-"greedy vllm"}
@@ -19,5 +20,6 @@ for s in $STAGES; do
     vllm) .venv/bin/entmtp bench serve $common --client vllm --out $D/vllm_client ;;
     c1) .venv/bin/entmtp bench serve ${common/--concurrency 4,8,16/--concurrency 1} --out $D/c1 ;;
     t07) .venv/bin/entmtp bench serve ${common/--concurrency 4,8,16/--concurrency 1,8} -n 16 --temperature 0.7 --out $D/t07 ;;
+    t07c8) .venv/bin/entmtp bench serve ${common/--concurrency 4,8,16/--concurrency 8} --temperature 0.7 --out $D/t07_c8 ;;
   esac
 done
