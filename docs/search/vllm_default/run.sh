@@ -10,20 +10,16 @@
 set -euo pipefail
 HERE=docs/search/vllm_default
 STAGES=${STAGES:-"build served"}
+common="--compare --methods vllm,entmtp --dataset mt_bench --split test -n 16 --concurrency 1,4 --max-tokens 128 --rounds 3 --no-progress"
+variant() { echo "$1={\"bank\": \"$HERE/candidates/$1.json\"}"; }
 for stage in $STAGES; do
   case $stage in
     build) .venv/bin/python $HERE/build_candidates.py $HERE/candidates ;;
     served)
-      variants=()
-      for name in switch_n4 switch_n8 hybrid_n8; do variants+=(--variant "$name={\"bank\": \"$HERE/candidates/$name.json\"}"); done
-      .venv/bin/entmtp bench serve --compare --methods vllm,entmtp "${variants[@]}" \
-        --dataset mt_bench --split test -n 16 --concurrency 1,4 --max-tokens 128 --rounds 3 --no-progress \
-        --out $HERE/served ;;
+      .venv/bin/entmtp bench serve $common --variant "$(variant switch_n4)" --variant "$(variant switch_n8)" \
+        --variant "$(variant hybrid_n8)" --out $HERE/served ;;
     confirm)  # the best candidate of `served` against the default bank again, three more rounds
-      .venv/bin/entmtp bench serve --compare --methods vllm,entmtp \
-        --variant "switch_n8={\"bank\": \"$HERE/candidates/switch_n8.json\"}" \
-        --dataset mt_bench --split test -n 16 --concurrency 1,4 --max-tokens 128 --rounds 3 --no-progress \
-        --out $HERE/confirm ;;
+      .venv/bin/entmtp bench serve $common --variant "$(variant switch_n8)" --out $HERE/confirm ;;
     *) echo "unknown stage $stage (build, served, confirm)"; exit 1 ;;
   esac
 done

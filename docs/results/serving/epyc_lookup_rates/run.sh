@@ -19,7 +19,8 @@ for s in $STAGES; do
     greedy) .venv/bin/entmtp bench serve $common --out $D/greedy ;;
     vllm) .venv/bin/entmtp bench serve $common --client vllm --out $D/vllm_client ;;
     c1) .venv/bin/entmtp bench serve ${common/--concurrency 4,8,16/--concurrency 1} --out $D/c1 ;;
-    t07) .venv/bin/entmtp bench serve ${common/--concurrency 4,8,16/--concurrency 1,8} -n 16 --temperature 0.7 --out $D/t07 ;;
+    t07) few=${common/-n 46/-n 16}; .venv/bin/entmtp bench serve ${few/--concurrency 4,8,16/--concurrency 1,8} --temperature 0.7 --out $D/t07 ;;
     t07c8) .venv/bin/entmtp bench serve ${common/--concurrency 4,8,16/--concurrency 8} --temperature 0.7 --out $D/t07_c8 ;;
+    *) echo "unknown stage $s (greedy, vllm, c1, t07, t07c8)"; exit 1 ;;
   esac
 done
