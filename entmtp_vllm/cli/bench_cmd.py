@@ -124,6 +124,13 @@ def register_serve(sub: argparse._SubParsersAction) -> None:
                        help="start and measure every server this many times, the order rotated each round "
                        "(vllm,ngram,entmtp then ngram,entmtp,vllm, ...); the table shows each method's median round "
                        "and every round is listed (default: %(default)s)")
+    group.add_argument("--interleave", type=int, default=0, metavar="W",
+                       help="keep every server up at once and send each level's prompts in turns of W x concurrency "
+                       "prompts, one server after another, the order rotating every turn: the methods meet the same "
+                       "prompts seconds apart, so a slow spell of the machine falls on all of them alike. Each turn "
+                       "ends by draining its batch (in every method); rounds repeat the turns without restarting the "
+                       "servers; each server's KV cache is sized for its share of the memory (default: 0, servers "
+                       "one after another)")
     group.add_argument("--client", choices=("entmtp", "vllm"), default="entmtp",
                        help="load generator: this tool's streaming client (default) or vLLM's own `vllm bench serve` "
                        "(openai-chat backend, the same prompts as a custom dataset; its results become the same "
@@ -234,6 +241,7 @@ def run_serve_cmd(args: argparse.Namespace) -> int:
         entmtp_config=args.entmtp_config,
         entmtp_variants=variants,
         rounds=args.rounds,
+        interleave=args.interleave,
         out=args.out,
     )
     log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731

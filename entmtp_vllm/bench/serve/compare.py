@@ -1,5 +1,6 @@
 """A comparison run end to end (`run_compare`): every method's server started in turn, measured
-at every concurrency level and stopped, in rounds whose server order rotates (`round_order`)."""
+at every concurrency level and stopped, in rounds whose server order rotates (`round_order`);
+or, with `interleave`, every server up at once and measured in turns (`interleave.py`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 
 from entmtp_vllm.bench.serve.client import _bench_async, load_prompt_texts
 from entmtp_vllm.bench.serve.config import CompareConfig, ServeBenchConfig
+from entmtp_vllm.bench.serve.interleave import run_interleaved
 from entmtp_vllm.bench.serve.report import _out_dir
 from entmtp_vllm.bench.serve.servers import ServerProcess, entmtp_commands, free_port, server_commands
 from entmtp_vllm.bench.serve.statistics import compare_table, median_runs, round_ratios
@@ -41,7 +43,9 @@ def run_compare(config: CompareConfig, progress: bool = True, log=print) -> dict
     for note in entmtp["entmtp"].notes:
         log(f"every server: {note}")
     rounds: list[dict[str, Any]] = []
-    for round_index in range(config.rounds):
+    if config.interleave:
+        rounds = run_interleaved(config, entmtp, prompts, out, progress, log)
+    for round_index in range(0 if config.interleave else config.rounds):
         order = round_order(list(config.methods), round_index)
         runs: dict[str, dict[str, Any]] = {}
         for method in order:

@@ -198,6 +198,12 @@ class CompareConfig(ServeBenchConfig):
     first or last. With more than one round the main table shows, per method and level, the
     round with the median output tok/s, and a second table lists every round."""
 
+    interleave: int = Field(default=0, ge=0)
+    """0: each server started, measured and stopped in turn. W > 0: every server kept up at
+    once and each level's prompts sent in turns of W × concurrency prompts, one server after
+    another, the order rotating every turn (`interleave.py`), so the methods are measured over
+    the same prompts seconds apart; rounds then repeat the turns without restarting servers."""
+
     out: str | None = None
     """Folder for the server logs (None: a temporary folder, kept)."""
 
@@ -234,6 +240,8 @@ def make_config(cls: type[ServeBenchConfig], **values: Any) -> ServeBenchConfig:
         if unknown:
             hint = "" if not unknown[0].startswith(VARIANT_PREFIX) else " (a variant needs --variant LABEL=JSON)"
             raise EntMTPError(f"--methods: unknown server {unknown[0]!r}; choose from {', '.join(known)}{hint}")
+        if config.interleave and config.duration:
+            raise EntMTPError("--interleave sends each level's prompts in turns; it does not combine with --duration")
         if config.ngram_prompt_lookup_min > config.ngram_prompt_lookup_max:
             raise EntMTPError("ngram prompt_lookup_min must not exceed prompt_lookup_max")
     return config

@@ -217,6 +217,13 @@ def compare_markdown(results: dict[str, Any]) -> str:
         "are better.",
         "",
     ]
+    if cfg.get("interleave"):
+        lines += [
+            f"Interleaved (`--interleave {cfg['interleave']}`): every server up at once; each level's prompts sent in "
+            f"turns of {cfg['interleave']} × concurrency prompts to one server after another, the order rotating every "
+            "turn; a level's tok/s is its tokens over the sum of its turns' wall times (every turn drains its batch).",
+            "",
+        ]
     variants = cfg.get("entmtp_variants") or {}
     lines += [f"`{VARIANT_PREFIX}{label}`: `entmtp` with `{json.dumps(settings)}`." for label, settings in variants.items()]
     lines += [""] if variants else []

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -129,8 +130,11 @@ def _entmtp_command(config: CompareConfig, model: str, variant: dict[str, Any] |
 def entmtp_commands(config: CompareConfig, model: str) -> dict[str, ServeCommand]:
     """The EntMTP servers of a comparison by method (`entmtp`, then `entmtp-LABEL` per variant),
     every setting checked before any server starts. The machine's memory is read once, so every
-    server gets the same KV cache size."""
-    memory = node_memory() if config.entmtp_variants else None
+    server gets the same KV cache size; with `interleave` the servers are up together, so each
+    is sized for its share of that memory."""
+    memory = node_memory() if config.entmtp_variants or config.interleave else None
+    if config.interleave:
+        memory = replace(memory, available=memory.available // len(config.methods))
     commands = {"entmtp": _entmtp_command(config, model, memory=memory)}
     for label, variant in config.entmtp_variants.items():
         try:

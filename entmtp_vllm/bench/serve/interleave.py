@@ -1,0 +1,219 @@
+"""A comparison with every server up at once, taking turns (`entmtp bench serve --compare
+--interleave W`).
+
+Started one after another, each server meets the machine as it is during its own minutes; on a
+small shared machine a slow spell of a few minutes moves one server's rate by 20% and every
+ratio with it. Here every method's server is started once and kept up (an idle vLLM server
+takes ~2% of a core), and each level's prompts are sent in turns: W × concurrency prompts to one
+server, the same prompts to the next, and so on, the order rotated every turn
+(`turn_order`). Each method's level is then summed over its turns (tokens over the sum of its
+turns' wall times, every request's TTFT / TPOT / ITL), so the methods are compared over the same
+prompts measured seconds apart, and a slow spell falls on all of them alike.
+
+What that changes, said in the report:
+- every turn ends by draining its batch, in every method alike (W waves of the concurrency keep
+  it short against the turn);
+- rounds do not restart the servers: round r repeats every level's turns with the order rotated
+  r more places;
+- the servers share the machine's memory, so the KV cache size given to all of them is sized
+  for 1/N of it (N servers), unless the server arguments give one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from entmtp_vllm.bench.serve.client import level_metrics, list_models, run_level, stream_request
+from entmtp_vllm.bench.serve.config import CompareConfig, ServeBenchConfig
+from entmtp_vllm.bench.serve.prometheus import acceptance_delta
+from entmtp_vllm.bench.serve.servers import ServerProcess, free_port, server_commands
+from entmtp_vllm.bench.serve.statistics import RequestResult, compare_table, summarize_level
+from entmtp_vllm.bench.serve.vllm_bench_process import VllmBenchProcess
+from entmtp_vllm.bench.serve.vllm_client import vllm_command, write_prompts
+from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.serve_command import ServeCommand
+
+
+def turns(prompts: list[str], concurrency: int, waves: int) -> list[list[str]]:
+    """`prompts` cut into turns of `waves` × `concurrency` prompts (the last one shorter)."""
+    size = max(1, waves * concurrency)
+    return [prompts[start:start + size] for start in range(0, len(prompts), size)]
+
+
+def turn_order(methods: list[str], round_index: int, turn_index: int) -> list[str]:
+    """The servers of one turn: `methods` rotated left by round + turn places, so that over a
+    level no server always goes first and each round starts where the last one did not."""
+    shift = (round_index + turn_index) % len(methods)
+    return methods[shift:] + methods[:shift]
+
+
+@dataclass
+class _Server:
+    """One method's server of an interleaved comparison and what its client needs."""
+
+    method: str
+    command: ServeCommand
+    process: ServerProcess
+    config: ServeBenchConfig
+    metrics_dir: str
+    model: str = ""
+    records: list[RequestResult] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+def run_interleaved(config: CompareConfig, entmtp: dict[str, ServeCommand], prompts: list[str], out: Path,
+                    progress: bool, log) -> list[dict[str, Any]]:
+    """Every method's server started once, every round's levels measured in turns; the rounds
+    (`{"order", "runs", "table", "turns"}` each), as `compare.run_compare` lists them."""
+    servers: list[_Server] = []
+    runner = VllmBenchProcess(out / "vllm-bench-process.log") if config.client == "vllm" else None
+    try:
+        for method in config.methods:
+            servers.append(_start(config, entmtp, method, out, log))
+        for server in servers:
+            server.model = asyncio.run(_warm_up(server.config, prompts))
+        rounds = []
+        for round_index in range(config.rounds):
+            rounds.append(_round(config, servers, prompts, out, round_index, progress, log, runner))
+        return rounds
+    finally:
+        if runner is not None:
+            runner.close()
+        for server in servers:
+            server.process.stop()
+            shutil.rmtree(server.metrics_dir, ignore_errors=True)
+
+
+def _start(config: CompareConfig, entmtp: dict[str, ServeCommand], method: str, out: Path, log) -> _Server:
+    port = free_port(config.host)
+    built = server_commands(config, entmtp["entmtp"], config.host, port, variants=entmtp)[method]
+    base_url = f"http://{config.host}:{port}/v1"
+    metrics_dir = tempfile.mkdtemp(prefix=f"entmtp-prometheus-{method}-")
+    env = {**os.environ, **built.env, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}
+    log_path = out / f"server-{method}.log"
+    log(f"[{method}] starting: {built.shell()}  (log: {log_path})")
+    t0 = time.monotonic()
+    process = ServerProcess(built.argv, log_path, base_url, env=env, name=method)
+    try:
+        process.wait_healthy(config.health_timeout)
+    except BaseException:
+        process.stop()
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        raise
+    log(f"[{method}] healthy after {time.monotonic() - t0:.0f} s")
+    bench_config = ServeBenchConfig(**{
+        key: getattr(config, key) for key in ServeBenchConfig.model_fields if key not in ("base_url", "model")
+    }, base_url=base_url, model=None)
+    return _Server(method, built, process, bench_config, metrics_dir)
+
+
+async def _warm_up(config: ServeBenchConfig, prompts: list[str]) -> str:
+    """The served model's name, after `config.warmup` requests (none of them counted)."""
+    import httpx
+    from openai import AsyncOpenAI
+
+    async with httpx.AsyncClient(timeout=httpx.Timeout(config.request_timeout, connect=30.0)) as http:
+        models = await list_models(http, config.base_url)
+        if not models:
+            raise EntMTPError(f"the server at {config.base_url} lists no model")
+        client = AsyncOpenAI(base_url=config.base_url, api_key="EMPTY", max_retries=0, http_client=http)
+        done = [await stream_request(client, config, models[0], prompts[i % len(prompts)]) for i in range(config.warmup)]
+        if done and not any(r.ok for r in done):
+            raise EntMTPError(f"every warm-up request to {config.base_url} failed: {done[0].error}")
+        return models[0]
+
+
+def _round(config: CompareConfig, servers: list[_Server], prompts: list[str], out: Path, round_index: int,
+           progress: bool, log, runner: VllmBenchProcess | None) -> dict[str, Any]:
+    by_method = {server.method: server for server in servers}
+    levels: dict[str, list[dict[str, Any]]] = {server.method: [] for server in servers}
+    turn_counts = {}
+    for concurrency in config.concurrency:
+        chunks = turns(prompts, concurrency, config.interleave)
+        turn_counts[concurrency] = len(chunks)
+        before = {server.method: asyncio.run(_metrics(server.config)) for server in servers}
+        for server in servers:
+            server.records, server.wall_s = [], 0.0
+        for turn_index, chunk in enumerate(chunks):
+            order = turn_order(list(config.methods), round_index, turn_index)
+            log(f"round {round_index + 1}/{config.rounds}, concurrency {concurrency}, turn {turn_index + 1}/{len(chunks)}: "
+                + ", ".join(order))
+            for method in order:
+                server = by_method[method]
+                tag = f"r{round_index + 1}-c{concurrency}-t{turn_index + 1}-{method}"
+                if runner is not None:
+                    records, wall = _vllm_turn(config, runner, server, chunk, concurrency, out, tag)
+                else:
+                    records, wall = asyncio.run(_entmtp_turn(server, chunk, concurrency, progress, tag))
+                server.records += records
+                server.wall_s += wall
+        for server in servers:
+            after = asyncio.run(_metrics(server.config))
+            level = summarize_level(server.records, server.wall_s, concurrency, acceptance_delta(before[server.method], after))
+            level["turns"] = len(chunks)
+            if config.client == "vllm":
+                level["tokens_counted_from"] = "vllm bench serve"
+            levels[server.method].append(level)
+    runs = {
+        server.method: {"command": server.command.argv, "env": server.command.env, "log": str(server.process.log_path),
+                        "levels": levels[server.method], "served_model": server.model}
+        for server in servers
+    }
+    order = turn_order(list(config.methods), round_index, 0)
+    return {"order": order, "runs": runs, "table": compare_table(runs), "turns": turn_counts}
+
+
+async def _metrics(config: ServeBenchConfig):
+    import httpx
+
+    async with httpx.AsyncClient(timeout=30.0) as http:
+        return await level_metrics(http, config)
+
+
+async def _entmtp_turn(server: _Server, chunk: list[str], concurrency: int, progress: bool,
+                       tag: str) -> tuple[list[RequestResult], float]:
+    import httpx
+    from openai import AsyncOpenAI
+
+    config = server.config
+    limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)
+    async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(config.request_timeout, connect=30.0)) as http:
+        client = AsyncOpenAI(base_url=config.base_url, api_key="EMPTY", max_retries=0, http_client=http)
+        return await run_level(client, config, server.model, chunk, concurrency, progress, desc=tag)
+
+
+def _vllm_turn(config: CompareConfig, runner: VllmBenchProcess, server: _Server, chunk: list[str], concurrency: int,
+               out: Path, tag: str) -> tuple[list[RequestResult], float]:
+    """One turn by `vllm bench serve` (`--save-detailed`, so every request's record comes back)."""
+    prompts_path = write_prompts(chunk, out / f"prompts-{tag}.jsonl")
+    name = f"vllm-bench-{tag}.json"
+    command = vllm_command(config, server.config.base_url, server.model, prompts_path, len(chunk), concurrency, out, name)
+    runner.run(command[3:] + ["--save-detailed"], out / f"vllm-bench-{tag}.log")  # the arguments after `vllm bench serve`
+    if not (out / name).is_file():
+        raise EntMTPError(f"vllm bench serve against {server.config.base_url} wrote no {out / name}")
+    prompts_path.unlink()
+    return records_from_vllm(json.loads((out / name).read_text()))
+
+
+def records_from_vllm(result: dict[str, Any]) -> tuple[list[RequestResult], float]:
+    """vLLM's detailed result JSON as request records and its duration, so turns sum like this
+    package's own client's (TPOT = (latency − TTFT) / (output tokens − 1), as vLLM defines it)."""
+    keys = ("latencies", "ttfts", "itls", "output_lens", "errors")
+    missing = [key for key in keys if key not in result]
+    if missing:
+        raise EntMTPError(f"vllm bench serve's result has no {', '.join(missing)} (was --save-detailed passed?)")
+    records = []
+    for latency, ttft, itl, tokens, error in zip(*(result[key] for key in keys)):
+        ok = not error
+        records.append(RequestResult(ok=ok, latency_s=float(latency), ttft_s=float(ttft) if ok else None,
+                                     itl_s=[float(gap) for gap in itl], output_tokens=int(tokens or 0),
+                                     tokens_from_usage=True, error=error or None))
+    return records, float(result["duration"])
