@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Issue #19's protocol with every server up at once and the methods taking turns
+# (`--interleave 4`: each level's prompts go 4 x concurrency at a time to one server after
+# another, the order rotating every turn), so that no speculation, ngram and EntMTP are measured
+# over the same prompts within seconds of each other and this machine's slow spells fall on all
+# three. Run from the repository root with nothing else on the cores. The front door's defaults
+# for every server (bf16 on an AVX512-BF16 CPU, the worker inside the engine core), MT-bench
+# test split (46 prompts), 128 tokens, 3 rounds.
+#   greedy: concurrency 1, 4, 8, 16, this project's client
+#   vllm:   the same with vLLM's own client (`vllm bench serve`'s benchmark)
+#   t07:    temperature 0.7 at 1 and 8, this project's client
+set -euo pipefail
+D=docs/results/serving/epyc_interleaved
+STAGES=${STAGES:-"greedy vllm t07"}
+common=(--compare --dataset mt_bench --split test -n 46 --max-tokens 128 --no-progress --rounds 3 --interleave 4)
+for s in $STAGES; do
+  case $s in
+    greedy) .venv/bin/entmtp bench serve "${common[@]}" --concurrency 1,4,8,16 --out $D/greedy ;;
+    vllm) .venv/bin/entmtp bench serve "${common[@]}" --concurrency 1,4,8,16 --client vllm --out $D/vllm_client ;;
+    t07) .venv/bin/entmtp bench serve "${common[@]}" --concurrency 1,8 --temperature 0.7 --out $D/t07 ;;
+    *) echo "unknown stage $s (greedy, vllm, t07)"; exit 1 ;;
+  esac
+done
