@@ -9,15 +9,21 @@
 #   greedy: concurrency 1, 4, 8, 16, this project's client
 #   vllm:   the same with vLLM's own client (`vllm bench serve`'s benchmark)
 #   t07:    temperature 0.7 at 1 and 8, this project's client
+#   c16:    concurrency 16 alone in turns of 16 prompts (--interleave 1), both clients (STAGES=c16;
+#           not in the default run): at 16, --interleave 4 sends all 46 prompts in one turn
 set -euo pipefail
 D=docs/results/serving/epyc_interleaved
 STAGES=${STAGES:-"greedy vllm t07"}
-common=(--compare --dataset mt_bench --split test -n 46 --max-tokens 128 --no-progress --rounds 3 --interleave 4)
+base=(--compare --dataset mt_bench --split test -n 46 --max-tokens 128 --no-progress --rounds 3)
+common=("${base[@]}" --interleave 4)
 for s in $STAGES; do
   case $s in
     greedy) .venv/bin/entmtp bench serve "${common[@]}" --concurrency 1,4,8,16 --out $D/greedy ;;
     vllm) .venv/bin/entmtp bench serve "${common[@]}" --concurrency 1,4,8,16 --client vllm --out $D/vllm_client ;;
     t07) .venv/bin/entmtp bench serve "${common[@]}" --concurrency 1,8 --temperature 0.7 --out $D/t07 ;;
-    *) echo "unknown stage $s (greedy, vllm, t07)"; exit 1 ;;
+    c16) for client in entmtp vllm; do
+           .venv/bin/entmtp bench serve "${base[@]}" --interleave 1 --concurrency 16 --client $client --out $D/c16_turns16_$client
+         done ;;
+    *) echo "unknown stage $s (greedy, vllm, t07, c16)"; exit 1 ;;
   esac
 done
