@@ -21,6 +21,13 @@ def test_turns_are_waves_of_the_concurrency_and_cover_every_prompt_once():
         assert [p for chunk in chunks for p in chunk] == prompts
 
 
+def test_levels_of_one_turn_are_named():
+    """Where W x concurrency covers every prompt, the level is one turn per server: not paired."""
+    assert interleave.single_turn_levels([1, 4, 8, 16], 46, 4) == [16]
+    assert interleave.single_turn_levels([1, 4, 8, 16], 46, 1) == []
+    assert interleave.single_turn_levels([2, 8], 8, 1) == [8]
+
+
 def test_turn_order_rotates_within_a_level_and_between_rounds():
     methods = ["vllm", "ngram", "entmtp"]
     level = [interleave.turn_order(methods, 0, t) for t in range(3)]
@@ -77,6 +84,9 @@ def test_interleave_is_checked_and_reported():
     runs = {"vllm": {"levels": [level]}, "entmtp": {"levels": [level]}}
     results = {"config": config.model_dump(), "model": "m", "num_prompts": 4, "date": "2026-01-01T00:00:00+00:00",
                "runs": runs, "table": bench.compare_table(runs)}
-    assert "Interleaved (`--interleave 3`)" in bench.compare_markdown(results)
+    text = bench.compare_markdown(results)
+    assert "Interleaved (`--interleave 3`)" in text and "one turn" not in text  # 4 prompts: turns of 3 and 1
+    whole = {**results, "num_prompts": 6, "config": {**results["config"], "concurrency": [1, 4]}}
+    assert "At concurrency 4 the level's 6 prompts are one turn" in bench.compare_markdown(whole)  # 1: 2 turns of 3
     plain = {**results, "config": bench.make_config(bench.CompareConfig, concurrency=[1]).model_dump()}
     assert "Interleaved" not in bench.compare_markdown(plain)

@@ -48,6 +48,13 @@ def turns(prompts: list[str], concurrency: int, waves: int) -> list[list[str]]:
     return [prompts[start:start + size] for start in range(0, len(prompts), size)]
 
 
+def single_turn_levels(concurrency: list[int], num_prompts: int, waves: int) -> list[int]:
+    """The levels whose prompts all fit in one turn: there each server serves the whole level
+    after the other, so the methods are not paired within it (a smaller W, or more prompts,
+    splits it)."""
+    return [level for level in concurrency if len(turns(["p"] * num_prompts, level, waves)) == 1]
+
+
 def turn_order(methods: list[str], round_index: int, turn_index: int) -> list[str]:
     """The servers of one turn: `methods` rotated left by round + turn places, so that over a
     level no server always goes first and each round starts where the last one did not."""
@@ -73,6 +80,10 @@ def run_interleaved(config: CompareConfig, entmtp: dict[str, ServeCommand], prom
                     progress: bool, log) -> list[dict[str, Any]]:
     """Every method's server started once, every round's levels measured in turns; the rounds
     (`{"order", "runs", "table", "turns"}` each), as `compare.run_compare` lists them."""
+    whole = single_turn_levels(list(config.concurrency), len(prompts), config.interleave)
+    if whole:
+        log(f"interleave: at concurrency {', '.join(map(str, whole))} all {len(prompts)} prompts are one turn, so each "
+            "server serves that level after the other, not paired within it; a smaller --interleave splits it")
     servers: list[_Server] = []
     runner = VllmBenchProcess(out / "vllm-bench-process.log") if config.client == "vllm" else None
     try:

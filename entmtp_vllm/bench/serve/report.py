@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from entmtp_vllm.bench.serve.config import BASELINE, METRICS_FROM_SERVER, VARIANT_PREFIX
+from entmtp_vllm.bench.serve.interleave import single_turn_levels
 from entmtp_vllm.bench.serve.statistics import _stat, round_ratios
 from entmtp_vllm.errors import EntMTPError
 
@@ -224,6 +225,10 @@ def compare_markdown(results: dict[str, Any]) -> str:
             "turn; a level's tok/s is its tokens over the sum of its turns' wall times (every turn drains its batch).",
             "",
         ]
+        whole = single_turn_levels(cfg["concurrency"], results["num_prompts"], cfg["interleave"])
+        if whole:
+            lines += [f"At concurrency {', '.join(map(str, whole))} the level's {results['num_prompts']} prompts are one turn: "
+                      "there each server served the whole level after the other, not paired within it.", ""]
     variants = cfg.get("entmtp_variants") or {}
     lines += [f"`{VARIANT_PREFIX}{label}`: `entmtp` with `{json.dumps(settings)}`." for label, settings in variants.items()]
     lines += [""] if variants else []
