@@ -42,19 +42,10 @@ def run_compare(config: CompareConfig, progress: bool = True, log=print) -> dict
     entmtp = entmtp_commands(config, model)
     for note in entmtp["entmtp"].notes:
         log(f"every server: {note}")
-    rounds: list[dict[str, Any]] = []
     if config.interleave:
         rounds = run_interleaved(config, entmtp, prompts, out, progress, log)
-    for round_index in range(0 if config.interleave else config.rounds):
-        order = round_order(list(config.methods), round_index)
-        runs: dict[str, dict[str, Any]] = {}
-        for method in order:
-            if config.rounds > 1:
-                log(f"round {round_index + 1}/{config.rounds}: {method}")
-            runs[method] = _measure_server(config, entmtp, method, prompts, out, progress, log, round_index)
-        # the table keeps the configured method order whatever the round's order
-        runs = {method: runs[method] for method in config.methods}
-        rounds.append({"order": order, "runs": runs, "table": compare_table(runs)})
+    else:
+        rounds = [_sequential_round(config, entmtp, prompts, out, progress, log, r) for r in range(config.rounds)]
     runs = rounds[0]["runs"] if config.rounds == 1 else median_runs([entry["runs"] for entry in rounds])
     results = {
         "benchmark": "serve-compare",
@@ -70,6 +61,20 @@ def run_compare(config: CompareConfig, progress: bool = True, log=print) -> dict
         results["round_ratios"] = round_ratios(rounds)
     results["config"]["out"] = str(out)
     return results
+
+
+def _sequential_round(config: CompareConfig, entmtp: dict[str, ServeCommand], prompts: list[str], out: Path, progress: bool,
+                      log, round_index: int) -> dict[str, Any]:
+    """One round of servers started, measured and stopped one after another, the order rotated."""
+    order = round_order(list(config.methods), round_index)
+    runs: dict[str, dict[str, Any]] = {}
+    for method in order:
+        if config.rounds > 1:
+            log(f"round {round_index + 1}/{config.rounds}: {method}")
+        runs[method] = _measure_server(config, entmtp, method, prompts, out, progress, log, round_index)
+    # the table keeps the configured method order whatever the round's order
+    runs = {method: runs[method] for method in config.methods}
+    return {"order": order, "runs": runs, "table": compare_table(runs)}
 
 
 def model_of(command: list[str]) -> str:

@@ -27,7 +27,7 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,7 @@ def single_turn_levels(concurrency: list[int], num_prompts: int, waves: int) -> 
     """The levels whose prompts all fit in one turn: there each server serves the whole level
     after the other, so the methods are not paired within it (a smaller W, or more prompts,
     splits it)."""
-    return [level for level in concurrency if len(turns(["p"] * num_prompts, level, waves)) == 1]
+    return [level for level in concurrency if max(1, waves * level) >= num_prompts]
 
 
 def turn_order(methods: list[str], round_index: int, turn_index: int) -> list[str]:
@@ -72,8 +72,6 @@ class _Server:
     config: ServeBenchConfig
     metrics_dir: str
     model: str = ""
-    records: list[RequestResult] = field(default_factory=list)
-    wall_s: float = 0.0
 
 
 def run_interleaved(config: CompareConfig, entmtp: dict[str, ServeCommand], prompts: list[str], out: Path,
@@ -151,8 +149,8 @@ def _round(config: CompareConfig, servers: list[_Server], prompts: list[str], ou
         chunks = turns(prompts, concurrency, config.interleave)
         turn_counts[concurrency] = len(chunks)
         before = {server.method: asyncio.run(_metrics(server.config)) for server in servers}
-        for server in servers:
-            server.records, server.wall_s = [], 0.0
+        records: dict[str, list[RequestResult]] = {server.method: [] for server in servers}
+        walls = dict.fromkeys(records, 0.0)
         for turn_index, chunk in enumerate(chunks):
             order = turn_order(list(config.methods), round_index, turn_index)
             log(f"round {round_index + 1}/{config.rounds}, concurrency {concurrency}, turn {turn_index + 1}/{len(chunks)}: "
@@ -161,14 +159,15 @@ def _round(config: CompareConfig, servers: list[_Server], prompts: list[str], ou
                 server = by_method[method]
                 tag = f"r{round_index + 1}-c{concurrency}-t{turn_index + 1}-{method}"
                 if runner is not None:
-                    records, wall = _vllm_turn(config, runner, server, chunk, concurrency, out, tag)
+                    done, wall = _vllm_turn(config, runner, server, chunk, concurrency, out, tag)
                 else:
-                    records, wall = asyncio.run(_entmtp_turn(server, chunk, concurrency, progress, tag))
-                server.records += records
-                server.wall_s += wall
+                    done, wall = asyncio.run(_entmtp_turn(server, chunk, concurrency, progress, tag))
+                records[method] += done
+                walls[method] += wall
         for server in servers:
             after = asyncio.run(_metrics(server.config))
-            level = summarize_level(server.records, server.wall_s, concurrency, acceptance_delta(before[server.method], after))
+            level = summarize_level(records[server.method], walls[server.method], concurrency,
+                                    acceptance_delta(before[server.method], after))
             level["turns"] = len(chunks)
             if config.client == "vllm":
                 level["tokens_counted_from"] = "vllm bench serve"
