@@ -241,6 +241,46 @@ def accept_lossless(
         p = processed_probs(logits[child], params)
 
 
+def accept_lossless_host(
+    buffers: TreeBuffers,
+    draft_tokens: Sequence[int],
+    probs: torch.Tensor,
+    generator: torch.Generator | None = None,
+) -> AcceptResult:
+    """`accept_lossless` for deterministic drafting (q one-hot on each drafted token) when the
+    rows' processed distributions are already computed (`probs` float[N, V], row i =
+    `processed_probs(logits[i], params)`, e.g. one call over every sampled row of a step): the
+    same walk and the same draws from `generator`, reading each child's p(t) from one gather and
+    walking in Python, and the bonus token drawn from the last accepted row with the rejected
+    siblings' tokens excluded (instead of a softmax per visited node and a residual copy per
+    rejection). After rejections at a node, p(t) / (1 - rejected mass) is compared, which is
+    what the residual renormalises to."""
+    parents = buffers.parent_list
+    nodes = range(1, len(parents))
+    chances = probs[[parents[i] for i in nodes], [int(draft_tokens[i]) for i in nodes]].tolist() if len(parents) > 1 else []
+    device = generator.device if generator is not None else torch.device("cpu")
+    uniforms = torch.rand(buffers.num_nodes, generator=generator, device=device).tolist()
+    accepted = [0]
+    while True:
+        node, child = accepted[-1], None
+        rejected: dict[int, float] = {}  # token: its p at this node
+        total = None  # the row's mass (computed at the first rejection)
+        for candidate in buffers.children[node]:
+            token = int(draft_tokens[candidate])
+            p = 0.0 if token in rejected else chances[candidate - 1]
+            mass = 1.0 if not rejected else total - sum(rejected.values())
+            if uniforms[candidate] * mass < p:  # u < p(t) / mass, without the division
+                child = candidate
+                break
+            if token not in rejected:
+                total = float(probs[node].sum()) if total is None else total
+                if total - sum(rejected.values()) - p > 0:  # else: p stays as it is (see `_residual`)
+                    rejected[token] = p
+        if child is None:
+            return AcceptResult(accepted, sample(probs[node], generator, exclude=list(rejected)))
+        accepted.append(child)
+
+
 def accept(
     mode: AcceptMode,
     buffers: TreeBuffers,

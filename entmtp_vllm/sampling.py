@@ -8,6 +8,8 @@ bonus tokens from, this processed distribution.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from entmtp_vllm.config import SamplingParams
@@ -39,7 +41,7 @@ def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
     return (best * block + within).reshape(logits.shape[:-1])
 
 
-def processed_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+def processed_probs(logits: torch.Tensor, params: SamplingParams, out: torch.Tensor | None = None) -> torch.Tensor:
     """Probabilities over the last dimension of `logits` ([V] or [N, V]) under `params`.
 
     Half-precision logits are computed in float32; float32/float64 keep their dtype.
@@ -47,17 +49,32 @@ def processed_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
     Top-k keeps every token tied with the k-th largest logit. Top-p keeps the smallest
     prefix of the tokens sorted by probability (stable sort: lower index first on ties)
     whose mass reaches `top_p`; at least the most likely token always stays.
+
+    `out`: a tensor of the result's shape and dtype that temperature-only sampling (no top-k,
+    no top-p) computes into, in place, and returns: a caller that keeps one buffer across steps
+    then allocates no [N, V] temporaries (on glibc's allocator each one is a fresh mapping whose
+    pages fault in again every call: 4.5 ms instead of 0.5 ms for 20 rows of 49152 here). Other
+    settings ignore it.
     """
     if not logits.is_floating_point():
         raise TypeError(f"logits must be floating point, got {logits.dtype}")
     if logits.dtype in (torch.float16, torch.bfloat16):
-        logits = logits.float()
+        dtype = torch.float32
+    else:
+        dtype = logits.dtype
+    if out is not None and (out.shape != logits.shape or out.dtype != dtype):
+        raise ValueError(f"out must be {dtype} of shape {tuple(logits.shape)}, got {out.dtype} {tuple(out.shape)}")
+    vocab = logits.shape[-1]
+    if out is not None and not params.greedy and not 0 < params.top_k < vocab and params.top_p >= 1.0:
+        out.copy_(logits).div_(params.temperature)
+        out.sub_(out.amax(dim=-1, keepdim=True)).exp_()
+        return out.div_(out.sum(dim=-1, keepdim=True))
+    logits = logits.to(dtype)
     if params.greedy:
         top = greedy_tokens(logits).unsqueeze(-1)
         return torch.zeros_like(logits).scatter_(-1, top, 1.0)
 
     scaled = logits / params.temperature
-    vocab = scaled.shape[-1]
     if 0 < params.top_k < vocab:
         kth = scaled.topk(params.top_k, dim=-1).values[..., -1:]
         scaled = scaled.masked_fill(scaled < kth, float("-inf"))
@@ -73,25 +90,51 @@ def processed_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
     return probs
 
 
-def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> int:
+_SAMPLE_BLOCK = 512  # tokens per block of `sample`'s two-level search
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None = None, exclude: Sequence[int] = ()) -> int:
     """One token id drawn from the 1-D distribution `probs` (`generator` makes it reproducible;
-    `probs` need not sum to 1, its entries must be >= 0).
+    `probs` need not sum to 1, its entries must be >= 0), as if the tokens in `exclude` had
+    probability 0.
 
     By inverting the cumulative distribution, in float64: one uniform u, the first token whose
-    cumulative mass exceeds u times the total. Exact up to float64 rounding, and a token of
-    probability 0 is never drawn. On CPU it is about 16x faster than `torch.multinomial` (57
-    against 913 us for a 49152-token row, AVX512 Xeon, 2 threads), which spends its time drawing
-    one exponential per token. The generator must live on the same device as `probs`; None uses
-    torch's global RNG.
+    cumulative mass exceeds u times the total. The search runs in two levels, over the sums of
+    blocks of 512 tokens and then inside the one block, so no [V] float64 copy is made: 28 us
+    against 68 us for one cumulative sum over a 49152-token row (and 2-3x that when the copy's
+    pages fault in), and about 16x faster than `torch.multinomial` on CPU, which draws one
+    exponential per token. Exact up to float64 rounding, and a token of probability 0 is never
+    drawn. The generator must live on the same device as `probs`; None uses torch's global RNG.
     """
     if probs.dim() != 1:
         raise ValueError(f"sample expects a 1-D distribution, got shape {tuple(probs.shape)}")
-    cumulative = probs.to(torch.float64).cumsum(0)
+    vocab = probs.shape[0]
+    block = _SAMPLE_BLOCK if vocab % _SAMPLE_BLOCK == 0 and vocab >= 2 * _SAMPLE_BLOCK else vocab
+    excluded: dict[int, list[int]] = {}  # block: offsets inside it
+    for token in exclude:
+        excluded.setdefault(int(token) // block, []).append(int(token) % block)
+
+    def weights(b: int) -> torch.Tensor:
+        chunk = probs[b * block : (b + 1) * block].to(torch.float64)
+        if b in excluded:
+            chunk[excluded[b]] = 0.0
+        return chunk
+
+    sums = probs.reshape(-1, block).sum(dim=-1, dtype=torch.float64)
+    for b in excluded:
+        sums[b] = weights(b).sum()
+    cumulative = sums.cumsum(0)
     total = cumulative[-1]
     if not bool(torch.isfinite(total) & (total > 0)):  # host sync (GPU), as the .item() below
         raise ValueError(f"sample needs finite probabilities with a positive sum, got a sum of {float(total)}")
     u = torch.rand((1,), dtype=torch.float64, generator=generator, device=probs.device)
-    index = int(torch.searchsorted(cumulative, u * total, right=True).item())
-    if index >= probs.shape[0]:  # u * total rounded up to the total: the last token with mass
-        index = int(torch.nonzero(probs > 0)[-1].item())
-    return index
+    target = u * total
+    b = int(torch.searchsorted(cumulative, target, right=True).item())
+    if b >= sums.shape[0]:  # u * total rounded up to the total: the last block with mass
+        b = int(torch.nonzero(sums > 0)[-1].item())
+    chunk = weights(b)
+    before = cumulative[b - 1] if b > 0 else torch.zeros_like(total)
+    index = int(torch.searchsorted(chunk.cumsum(0), target - before, right=True).item())
+    if index >= chunk.shape[0]:  # rounding past the block's end: its last token with mass
+        index = int(torch.nonzero(chunk > 0)[-1].item())
+    return b * block + index

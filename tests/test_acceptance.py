@@ -20,6 +20,7 @@ from entmtp_vllm.acceptance import (
     accept_greedy,
     accept_greedy_host,
     accept_lossless,
+    accept_lossless_host,
     accept_typical,
 )
 from entmtp_vllm.config import SamplingParams, TypicalConfig
@@ -417,8 +418,18 @@ def draft_step(
     return tokens, models.target[rows], None if drafting == "topk" else probs
 
 
+def _walk(tree, tokens: torch.Tensor, logits: torch.Tensor, params: SamplingParams, g: torch.Generator,
+          probs: torch.Tensor | None, host: bool):
+    """One lossless step: the tensor walk, or (`host`, top-k drafts only) the host walk over
+    the rows' processed distributions."""
+    if host:
+        return accept_lossless_host(tree, tokens.tolist(), processed_probs(logits.double(), params), g)
+    return accept_lossless(tree, tokens, logits, params, g, probs)
+
+
 def first_two_tokens(
-    models: ToyModels, params: SamplingParams, drafting: str, seed: int, draws: int = DRAWS, tree=STAT_TREE
+    models: ToyModels, params: SamplingParams, drafting: str, seed: int, draws: int = DRAWS, tree=STAT_TREE,
+    host: bool = False,
 ) -> torch.Tensor:
     """The first two tokens emitted by `draws` independent runs of lossless decoding: [draws, 2].
 
@@ -429,7 +440,7 @@ def first_two_tokens(
     out: list[list[int]] = []
     tokens, logits, probs = draft_step(models, (), drafting, draws, g, tree)
     for m in range(draws):
-        result = accept_lossless(tree, tokens[m], logits[m], params, g, None if probs is None else probs[m])
+        result = _walk(tree, tokens[m], logits[m], params, g, None if probs is None else probs[m], host)
         out.append(result.emitted(tokens[m])[:2])
     for first in range(VOCAB):
         waiting = [m for m, emitted in enumerate(out) if emitted == [first]]
@@ -437,7 +448,7 @@ def first_two_tokens(
             continue
         tokens, logits, probs = draft_step(models, (first,), drafting, len(waiting), g, tree)
         for j, m in enumerate(waiting):
-            result = accept_lossless(tree, tokens[j], logits[j], params, g, None if probs is None else probs[j])
+            result = _walk(tree, tokens[j], logits[j], params, g, None if probs is None else probs[j], host)
             out[m].append(result.emitted(tokens[j])[0])
     return torch.tensor(out)
 
@@ -513,6 +524,39 @@ def test_lossless_hybrid_tree_follows_the_target() -> None:
     first, pair = target_first_and_pair(models, params)
     assert chi_square_pvalue(samples[:, 0], first) > P_VALUE
     assert chi_square_pvalue(samples[:, 0] * VOCAB + samples[:, 1], pair) > P_VALUE
+
+
+@pytest.mark.parametrize("params", [SamplingParams(temperature=1.0), SamplingParams(temperature=0.8, top_k=3)],
+                         ids=["T1", "topk3"])
+@pytest.mark.parametrize("tree", [STAT_TREE, HYBRID_TREE], ids=["full-3-2", "hybrid"])
+def test_lossless_host_walk_follows_the_target(params: SamplingParams, tree) -> None:
+    """The host walk over precomputed rows (what the vLLM runner runs for sampled requests) is
+    lossless too: the same end-to-end check as the tensor walk, with top-k (one-hot) drafts."""
+    models = ToyModels(seed=11)
+    samples = first_two_tokens(models, params, "topk", seed=99, tree=tree, host=True)
+    first, pair = target_first_and_pair(models, params)
+    assert chi_square_pvalue(samples[:, 0], first) > P_VALUE
+    assert chi_square_pvalue(samples[:, 0] * VOCAB + samples[:, 1], pair) > P_VALUE
+
+
+@pytest.mark.parametrize("params", [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_k=3),
+                                    SamplingParams(temperature=1.3, top_p=0.8)], ids=["T1", "topk3", "topp0.8"])
+def test_lossless_host_walk_makes_the_tensor_walks_choices(params: SamplingParams) -> None:
+    """Same generator, same tree and rows: the host walk accepts the same path and draws the same
+    bonus token as the tensor walk, on trees with siblings, duplicated sibling tokens (lookup
+    copies) and uneven depths, at every acceptance length."""
+    models = ToyModels(seed=11)
+    lengths = set()
+    for tree in (STAT_TREE, HYBRID_TREE, UNEVEN):
+        tokens, logits, _ = draft_step(models, (), "topk", 400, torch.Generator().manual_seed(5), tree)
+        for m in range(400):
+            rows = logits[m].double()
+            tensor = accept_lossless(tree, tokens[m], rows, params, torch.Generator().manual_seed(m))
+            host = accept_lossless_host(tree, tokens[m].tolist(), processed_probs(rows, params),
+                                        torch.Generator().manual_seed(m))
+            assert host == tensor, (tree.nodes, m)
+            lengths.add(len(tensor.accepted))
+    assert lengths >= {1, 2, 3}
 
 
 def test_negative_control_detects_a_sampler_without_residuals(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -161,3 +161,50 @@ def test_sample_at_the_top_of_the_range_draws_the_last_token_with_mass(monkeypat
 def test_sample_refuses_a_distribution_without_finite_mass(probs) -> None:
     with pytest.raises(ValueError, match="positive sum"):
         sample(torch.tensor(probs))
+
+
+def _cumsum_sample(probs: torch.Tensor, generator: torch.Generator) -> int:
+    """The one-level rule `sample` implements: the first token whose cumulative mass exceeds u times the total."""
+    cumulative = probs.to(torch.float64).cumsum(0)
+    u = torch.rand((1,), dtype=torch.float64, generator=generator)
+    return int(torch.searchsorted(cumulative, u * cumulative[-1], right=True).item())
+
+
+@pytest.mark.parametrize("vocab", [4, 1536, 49152])
+def test_sample_in_blocks_draws_what_one_cumulative_sum_draws(vocab: int) -> None:
+    """The two-level search over blocks of tokens picks the same token as one cumulative sum over
+    the whole row, for the same uniform (rows of 1536 and 49152 tokens are searched in blocks)."""
+    g = torch.Generator().manual_seed(vocab)
+    for seed in range(200):
+        probs = torch.softmax(torch.randn(vocab, generator=g) * 3, dim=-1)
+        probs[torch.randint(0, vocab, (vocab // 4,), generator=g)] = 0.0
+        assert sample(probs, torch.Generator().manual_seed(seed)) == _cumsum_sample(probs, torch.Generator().manual_seed(seed))
+
+
+def test_sample_excluding_tokens_draws_from_the_rest() -> None:
+    """`exclude` draws as if those tokens had probability 0: never drawn, the others in
+    proportion (tokens in several blocks, one block emptied entirely)."""
+    probs = torch.zeros(2048)
+    probs[[3, 700, 701, 1500, 2047]] = torch.tensor([0.4, 0.1, 0.2, 0.2, 0.1])
+    g = torch.Generator().manual_seed(7)
+    draws = torch.tensor([sample(probs, g, exclude=[700, 1500]) for _ in range(3000)])
+    assert set(draws.tolist()) == {3, 701, 2047}
+    counts = [(draws == t).sum().item() for t in (3, 701, 2047)]
+    assert chisquare(counts, [3000 * 4 / 7, 3000 * 2 / 7, 3000 / 7]).pvalue > 1e-3
+    with pytest.raises(ValueError, match="positive sum"):
+        sample(torch.tensor([0.0, 1.0, 0.0]), exclude=[1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_processed_probs_into_a_buffer_equals_a_fresh_result(dtype: torch.dtype) -> None:
+    logits = (torch.randn(5, 1000, generator=torch.Generator().manual_seed(0)) * 4).to(dtype)
+    params = SamplingParams(temperature=0.7)
+    out = torch.full((5, 1000), float("nan"))
+    result = processed_probs(logits, params, out=out)
+    assert result.data_ptr() == out.data_ptr()
+    assert torch.allclose(result, processed_probs(logits, params), atol=1e-7)
+    # top-k / top-p allocate as before; a buffer of another shape is refused
+    topk = SamplingParams(temperature=0.7, top_k=3)
+    assert torch.equal(processed_probs(logits, topk, out=torch.empty(5, 1000)), processed_probs(logits, topk))
+    with pytest.raises(ValueError, match="out must be"):
+        processed_probs(logits, params, out=torch.empty(4, 1000))

@@ -56,13 +56,14 @@ import torch
 from vllm.logger import init_logger
 from vllm.v1.outputs import ModelRunnerOutput, SamplerOutput
 
-from entmtp_vllm.acceptance import accept, accept_greedy_host
+from entmtp_vllm.acceptance import accept, accept_greedy_host, accept_lossless_host
 from entmtp_vllm.config import SamplingParams
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.features import entropy as entropy_of
-from entmtp_vllm.sampling import greedy_tokens, processed_probs, sample
+from entmtp_vllm.sampling import greedy_tokens, sample
 from entmtp_vllm.vllm_plugin.draft_handoff import attach as attach_drafts
 from entmtp_vllm.vllm_plugin.proposer import DraftRequest, EntMTPProposer, Proposal
+from entmtp_vllm.vllm_plugin.sampled_rows import SampledRows
 from entmtp_vllm.vllm_plugin.step_plan import StepPlan, Verification, core_params, unsupported
 from entmtp_vllm.vllm_plugin.tree_step import TREE_STEP_ATTR, TreeStep
 
@@ -99,6 +100,8 @@ class TreeRunnerMixin:
         """When the previous timed step ended."""
         self._entmtp_shape: tuple[int, int, int] | None = None
         """(requests, rows, tree rows) of the step being run when it is decode-only."""
+        self._entmtp_sampled = SampledRows()
+        """Sampled requests' processed rows at verification (a buffer kept across steps)."""
 
     # ------------------------------------------------------------------ platform hooks
 
@@ -316,6 +319,12 @@ class TreeRunnerMixin:
         # One argmax over every row of the step for the greedy requests, brought to the host in
         # one piece: each greedy request's walk is then Python over its tree's host lists.
         targets = greedy_tokens(logits).tolist() if any(p.greedy for p in plan.params[: plan.num_reqs]) else None
+        # The sampled requests that draw a plain token or walk the lossless rule: their rows'
+        # distributions in one pass per sampling setting.
+        sampled = self._entmtp_sampled.compute(logits, {
+            i: (ends[i] - num_drafts[i] - 1, ends[i]) for i in range(plan.num_reqs)
+            if not plan.params[i].greedy and (plan.trees[i] is None or mode == "lossless")
+        }, plan.params)
         for i in range(plan.num_reqs):
             hi = ends[i]
             lo = hi - num_drafts[i] - 1
@@ -325,13 +334,15 @@ class TreeRunnerMixin:
             tree = plan.trees[i]
             if tree is None:
                 accepted = [0]
-                emitted = [targets[lo] if params.greedy else self._pick(rows[0], params, generator)]
+                emitted = [targets[lo] if params.greedy else sample(sampled[i][0], generator)]
                 accept_lengths.append(None)
             else:
                 # Host sync (GPU): the acceptance rule reads this request's rows on the host.
                 tokens = tree.tokens.tolist()
                 if params.greedy:
                     result = accept_greedy_host(tree.buffers, tokens, targets[lo:hi])
+                elif i in sampled:
+                    result = accept_lossless_host(tree.buffers, tokens, sampled[i], generator)
                 else:
                     result = accept(mode, tree.buffers, tree.tokens, rows, params=params, typical=typical,
                                     generator=generator)
@@ -396,12 +407,6 @@ class TreeRunnerMixin:
         probs = torch.softmax((logits if rows is None else logits[rows]).float(), dim=-1)
         features = torch.stack([probs.max(dim=-1).values, entropy_of(probs)]).cpu()  # host sync (GPU): once per step
         return features[0].tolist(), features[1].tolist()
-
-    @staticmethod
-    def _pick(row: torch.Tensor, params: SamplingParams, generator) -> int:
-        if params.greedy:
-            return int(greedy_tokens(row))
-        return sample(processed_probs(row, params), generator)
 
     # ------------------------------------------------------------------ drafting
 
