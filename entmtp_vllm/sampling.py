@@ -8,6 +8,9 @@ bonus tokens from, this processed distribution.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import math
 from collections.abc import Sequence
 
 import torch
@@ -123,18 +126,18 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None, exclud
     sums = probs.reshape(-1, block).sum(dim=-1, dtype=torch.float64)
     for b in excluded:
         sums[b] = weights(b).sum()
-    cumulative = sums.cumsum(0)
+    masses = sums.tolist()  # one host copy (GPU: a sync); the searches below are bisections in Python
+    cumulative = list(itertools.accumulate(masses))
     total = cumulative[-1]
-    if not bool(torch.isfinite(total) & (total > 0)):  # host sync (GPU), as the .item() below
-        raise ValueError(f"sample needs finite probabilities with a positive sum, got a sum of {float(total)}")
-    u = torch.rand((1,), dtype=torch.float64, generator=generator, device=probs.device)
+    if not (math.isfinite(total) and total > 0):
+        raise ValueError(f"sample needs finite probabilities with a positive sum, got a sum of {total}")
+    u = float(torch.rand((1,), dtype=torch.float64, generator=generator, device=probs.device))
     target = u * total
-    b = int(torch.searchsorted(cumulative, target, right=True).item())
-    if b >= sums.shape[0]:  # u * total rounded up to the total: the last block with mass
-        b = int(torch.nonzero(sums > 0)[-1].item())
-    chunk = weights(b)
-    before = cumulative[b - 1] if b > 0 else torch.zeros_like(total)
-    index = int(torch.searchsorted(chunk.cumsum(0), target - before, right=True).item())
-    if index >= chunk.shape[0]:  # rounding past the block's end: its last token with mass
-        index = int(torch.nonzero(chunk > 0)[-1].item())
+    b = bisect.bisect_right(cumulative, target)
+    if b >= len(cumulative):  # u * total rounded up to the total: the last block with mass
+        b = max(k for k, mass in enumerate(masses) if mass > 0)
+    chunk = weights(b).tolist()
+    index = bisect.bisect_right(list(itertools.accumulate(chunk)), target - (cumulative[b - 1] if b > 0 else 0.0))
+    if index >= len(chunk):  # rounding past the block's end: its last token with mass
+        index = max(k for k, mass in enumerate(chunk) if mass > 0)
     return b * block + index

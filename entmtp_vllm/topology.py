@@ -164,6 +164,7 @@ class TopologyBank:
                 raise EntMTPError(f"tree bank: tree name {name!r} is used twice; names must be unique")
             seen.add(name)
         self._trees = tuple(trees)
+        self._lookup_lengths = tuple(tree.lookup_length for tree in self._trees)  # read per request, per step
         self._names = tuple(names)
         self._positions = {name: i for i, name in enumerate(self._names)}
         self._cache: dict[tuple[int, torch.device, int], TreeBuffers] = {}
@@ -194,8 +195,8 @@ class TopologyBank:
         `lookup_length`: how many lookup tokens this step has; a hybrid tree's chain is cut to
         that many nodes (None or more than the chain: the whole tree)."""
         index = range(len(self._trees))[i]
-        tree = self._trees[index]
-        length = tree.lookup_length if lookup_length is None else max(0, min(lookup_length, tree.lookup_length))
+        tree, chain = self._trees[index], self._lookup_lengths[index]
+        length = chain if lookup_length is None else max(0, min(lookup_length, chain))
         key = (index, torch.device(device), length)
         found = self._cache.get(key)
         if found is None:
@@ -215,7 +216,7 @@ class TopologyBank:
     @property
     def lookup_length(self) -> int:
         """The longest prompt-lookup chain of the bank's trees (0: no hybrid tree)."""
-        return max(tree.lookup_length for tree in self._trees)
+        return max(self._lookup_lengths)
 
     @property
     def max_nodes(self) -> int:
