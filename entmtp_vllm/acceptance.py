@@ -241,44 +241,70 @@ def accept_lossless(
         p = processed_probs(logits[child], params)
 
 
+class LosslessWalk:
+    """`accept_lossless` for one-hot drafts (top-k or copied tokens), one node at a time, over
+    rows processed by the caller: `visit(probs)` gets the processed distribution of the node the
+    walk stands on (`node`), so the walks of a step's requests can advance together, one batched
+    row computation per depth, and no row a walk never reaches is computed.
+
+    At a node, each child in rank order with token t is accepted when u < p(t) / m, m the mass
+    left after the siblings rejected before it (1 before any rejection), which is what the tensor
+    walk's renormalised residual compares; the bonus is drawn from the row with the rejected
+    siblings' tokens excluded. Draws from `generator` as the tensor walk does (one uniform per
+    node at the start, the bonus at the end): the same path and bonus for the same generator."""
+
+    def __init__(self, buffers: TreeBuffers, draft_tokens: Sequence[int], generator: torch.Generator | None = None) -> None:
+        self.buffers = buffers
+        self.tokens = [int(t) for t in draft_tokens]
+        self.generator = generator
+        device = generator.device if generator is not None else torch.device("cpu")
+        self.uniforms = torch.rand(buffers.num_nodes, generator=generator, device=device).tolist()
+        self.accepted = [0]
+        self.result: AcceptResult | None = None
+        """Set when the walk is done: the accepted path and the bonus token."""
+
+    @property
+    def node(self) -> int:
+        """The node whose processed row the walk needs next (the last accepted one)."""
+        return self.accepted[-1]
+
+    def visit(self, probs: torch.Tensor) -> bool:
+        """Test the children of `node` against its processed row `probs` [V]. True: a child was
+        accepted and the walk needs its row next; False: done, `result` is set."""
+        children = self.buffers.children[self.node]
+        chances = probs[[self.tokens[c] for c in children]].tolist() if children else []
+        rejected: dict[int, float] = {}  # token: its p at this node
+        total = None  # the row's mass, computed at the first rejection
+        for candidate, p in zip(children, chances):
+            token = self.tokens[candidate]
+            if token in rejected:
+                p = 0.0
+            mass = 1.0 if not rejected else total - sum(rejected.values())
+            if self.uniforms[candidate] * mass < p:  # u < p(t) / mass, without the division
+                self.accepted.append(candidate)
+                return True
+            if token not in rejected:
+                total = float(probs.sum()) if total is None else total
+                if total - sum(rejected.values()) - p > 0:  # else p stays as it is (see `_residual`)
+                    rejected[token] = p
+        self.result = AcceptResult(self.accepted, sample(probs, self.generator, exclude=list(rejected)))
+        return False
+
+
 def accept_lossless_host(
     buffers: TreeBuffers,
     draft_tokens: Sequence[int],
     probs: torch.Tensor,
     generator: torch.Generator | None = None,
 ) -> AcceptResult:
-    """`accept_lossless` for deterministic drafting (q one-hot on each drafted token) when the
-    rows' processed distributions are already computed (`probs` float[N, V], row i =
-    `processed_probs(logits[i], params)`, e.g. one call over every sampled row of a step): the
-    same walk and the same draws from `generator`, reading each child's p(t) from one gather and
-    walking in Python, and the bonus token drawn from the last accepted row with the rejected
-    siblings' tokens excluded (instead of a softmax per visited node and a residual copy per
-    rejection). After rejections at a node, p(t) / (1 - rejected mass) is compared, which is
-    what the residual renormalises to."""
-    parents = buffers.parent_list
-    nodes = range(1, len(parents))
-    chances = probs[[parents[i] for i in nodes], [int(draft_tokens[i]) for i in nodes]].tolist() if len(parents) > 1 else []
-    device = generator.device if generator is not None else torch.device("cpu")
-    uniforms = torch.rand(buffers.num_nodes, generator=generator, device=device).tolist()
-    accepted = [0]
-    while True:
-        node, child = accepted[-1], None
-        rejected: dict[int, float] = {}  # token: its p at this node
-        total = None  # the row's mass (computed at the first rejection)
-        for candidate in buffers.children[node]:
-            token = int(draft_tokens[candidate])
-            p = 0.0 if token in rejected else chances[candidate - 1]
-            mass = 1.0 if not rejected else total - sum(rejected.values())
-            if uniforms[candidate] * mass < p:  # u < p(t) / mass, without the division
-                child = candidate
-                break
-            if token not in rejected:
-                total = float(probs[node].sum()) if total is None else total
-                if total - sum(rejected.values()) - p > 0:  # else: p stays as it is (see `_residual`)
-                    rejected[token] = p
-        if child is None:
-            return AcceptResult(accepted, sample(probs[node], generator, exclude=list(rejected)))
-        accepted.append(child)
+    """`accept_lossless` for one-hot drafts when every row's processed distribution is at hand
+    (`probs` float[N, V], row i = `processed_probs(logits[i], params)`): a `LosslessWalk` fed
+    its rows; the same choices and draws as the tensor walk."""
+    walk = LosslessWalk(buffers, draft_tokens, generator)
+    while walk.visit(probs[walk.node]):
+        pass
+    assert walk.result is not None
+    return walk.result
 
 
 def accept(

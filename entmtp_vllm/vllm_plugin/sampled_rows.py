@@ -1,25 +1,28 @@
-"""`SampledRows`: the processed distributions of one verification step's sampled requests.
+"""`SampledRows`: verification of a step's sampled requests, their walks advancing together.
 
-    rows = SampledRows()                                   # one per model runner
-    probs = rows.compute(logits, {i: (lo, hi), ...}, params)
-    accept_lossless_host(buffers, tokens, probs[i], generator)   # or sample(probs[i][0], generator)
+    rows = SampledRows()                                     # one per model runner
+    results = rows.verify(logits, {i: root_row}, {i: LosslessWalk(...) or None}, params, generators)
 
-Every sampled request's logits rows go through `processed_probs` once per distinct sampling
-setting (not once per row the walk visits), into one float32 buffer kept across steps: on glibc's
-allocator every fresh [rows, V] tensor is a new mapping whose pages fault in again, which cost more
-than the softmax itself (20 rows of 49152: 4.5 ms fresh, 0.5 ms in a kept buffer, 2-core EPYC).
+Each sampled request walks the lossless rule (`acceptance.LosslessWalk`) from its root row; a
+request without a tree draws its one token from its root row. At every depth the rows the walks
+stand on go through `processed_probs` together, once per distinct sampling setting, into a
+float32 buffer kept across steps: only the rows a walk reaches are processed (a rejected draft's
+row never is), and no [rows, V] tensor is allocated per step (on glibc's allocator every fresh one
+is a new mapping whose pages fault in again, which cost more than the softmax: 20 rows of 49152,
+4.5 ms fresh against 0.5 ms in a kept buffer, 2-core EPYC).
 """
 
 from __future__ import annotations
 
 import torch
 
+from entmtp_vllm.acceptance import AcceptResult, LosslessWalk
 from entmtp_vllm.config import SamplingParams
-from entmtp_vllm.sampling import processed_probs
+from entmtp_vllm.sampling import processed_probs, sample
 
 
 class SampledRows:
-    """A step's sampled rows, processed; the buffer grows to the largest step seen."""
+    """The sampled requests' verification; the row buffer grows to the largest step seen."""
 
     def __init__(self) -> None:
         self._buffer: torch.Tensor | None = None
@@ -33,31 +36,52 @@ class SampledRows:
             buffer = self._buffer = torch.empty(size, like.shape[-1], dtype=dtype, device=like.device)
         return buffer
 
-    def compute(
-        self, logits: torch.Tensor, ranges: dict[int, tuple[int, int]], params: list[SamplingParams]
-    ) -> dict[int, torch.Tensor]:
-        """For each request index in `ranges` ((first, end) of its rows in `logits`), its rows
-        processed under `params[index]` (float[end - first, V]; views of the buffer, valid until
-        the next call). Requests with the same setting are processed together; a group whose rows
-        are one contiguous run of `logits` is read in place."""
-        if not ranges:
+    def compute(self, logits: torch.Tensor, rows: dict[int, int], params: list[SamplingParams]) -> dict[int, torch.Tensor]:
+        """For each request index in `rows`, row `rows[index]` of `logits` processed under
+        `params[index]` (float[V], a view of the buffer, valid until the next call); the requests
+        of one setting in one `processed_probs` call."""
+        if not rows:
             return {}
         groups: dict[SamplingParams, list[int]] = {}
-        for i in ranges:
+        for i in rows:
             groups.setdefault(params[i], []).append(i)
-        buffer = self._rows(sum(hi - lo for lo, hi in ranges.values()), logits)
+        buffer = self._rows(len(rows), logits)
         out: dict[int, torch.Tensor] = {}
         start = 0
         for setting, members in groups.items():
-            spans = [ranges[i] for i in members]
-            count = sum(hi - lo for lo, hi in spans)
-            contiguous = all(spans[k][1] == spans[k + 1][0] for k in range(len(spans) - 1))
-            rows = logits[spans[0][0] : spans[-1][1]] if contiguous else logits[
-                torch.cat([torch.arange(lo, hi) for lo, hi in spans]).to(logits.device)]
-            probs = processed_probs(rows, setting, out=buffer[start : start + count])
-            offset = 0
-            for i, (lo, hi) in zip(members, spans):
-                out[i] = probs[offset : offset + hi - lo]
-                offset += hi - lo
-            start += count
+            block = buffer[start : start + len(members)]
+            for k, i in enumerate(members):
+                block[k].copy_(logits[rows[i]])  # gathered and widened into the buffer, one row at a time
+            probs = processed_probs(block, setting, out=block)
+            out.update(zip(members, probs))
+            start += len(members)
         return out
+
+    def verify(
+        self,
+        logits: torch.Tensor,
+        roots: dict[int, int],
+        walks: dict[int, LosslessWalk | None],
+        params: list[SamplingParams],
+        generators: dict[int, torch.Generator | None],
+    ) -> dict[int, AcceptResult]:
+        """Every request in `roots` (its root's row in `logits`; a walk's node j is row root + j)
+        verified: its walk run to the end, or (walk None: no tree) one token drawn from its root
+        row (`AcceptResult([0], token)`). Depth by depth, the rows the walks stand on processed
+        together."""
+        results: dict[int, AcceptResult] = {}
+        standing = dict(roots)  # request: the row its walk needs now
+        while standing:
+            probs = self.compute(logits, standing, params)
+            onward: dict[int, int] = {}
+            for i, row in probs.items():
+                walk = walks.get(i)
+                if walk is None:
+                    results[i] = AcceptResult([0], sample(row, generators.get(i)))
+                elif walk.visit(row):
+                    onward[i] = roots[i] + walk.node
+                else:
+                    assert walk.result is not None
+                    results[i] = walk.result
+            standing = onward
+        return results

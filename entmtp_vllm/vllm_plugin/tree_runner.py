@@ -56,11 +56,11 @@ import torch
 from vllm.logger import init_logger
 from vllm.v1.outputs import ModelRunnerOutput, SamplerOutput
 
-from entmtp_vllm.acceptance import accept, accept_greedy_host, accept_lossless_host
+from entmtp_vllm.acceptance import LosslessWalk, accept, accept_greedy_host
 from entmtp_vllm.config import SamplingParams
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.features import entropy as entropy_of
-from entmtp_vllm.sampling import greedy_tokens, sample
+from entmtp_vllm.sampling import greedy_tokens
 from entmtp_vllm.vllm_plugin.draft_handoff import attach as attach_drafts
 from entmtp_vllm.vllm_plugin.proposer import DraftRequest, EntMTPProposer, Proposal
 from entmtp_vllm.vllm_plugin.sampled_rows import SampledRows
@@ -319,12 +319,16 @@ class TreeRunnerMixin:
         # One argmax over every row of the step for the greedy requests, brought to the host in
         # one piece: each greedy request's walk is then Python over its tree's host lists.
         targets = greedy_tokens(logits).tolist() if any(p.greedy for p in plan.params[: plan.num_reqs]) else None
-        # The sampled requests that draw a plain token or walk the lossless rule: their rows'
-        # distributions in one pass per sampling setting.
-        sampled = self._entmtp_sampled.compute(logits, {
-            i: (ends[i] - num_drafts[i] - 1, ends[i]) for i in range(plan.num_reqs)
-            if not plan.params[i].greedy and (plan.trees[i] is None or mode == "lossless")
-        }, plan.params)
+        # The sampled requests that draw a plain token or walk the lossless rule, verified
+        # together: depth by depth, the rows their walks reach processed in one pass per setting.
+        roots, walks, generators = {}, {}, {}
+        for i in range(plan.num_reqs):
+            tree = plan.trees[i]
+            if not plan.params[i].greedy and (tree is None or mode == "lossless"):
+                roots[i] = ends[i] - num_drafts[i] - 1
+                generators[i] = self.requests[req_ids[i]].generator
+                walks[i] = None if tree is None else LosslessWalk(tree.buffers, tree.tokens.tolist(), generators[i])
+        sampled = self._entmtp_sampled.verify(logits, roots, walks, plan.params, generators)
         for i in range(plan.num_reqs):
             hi = ends[i]
             lo = hi - num_drafts[i] - 1
@@ -334,7 +338,7 @@ class TreeRunnerMixin:
             tree = plan.trees[i]
             if tree is None:
                 accepted = [0]
-                emitted = [targets[lo] if params.greedy else sample(sampled[i][0], generator)]
+                emitted = [targets[lo] if params.greedy else sampled[i].bonus_token]
                 accept_lengths.append(None)
             else:
                 # Host sync (GPU): the acceptance rule reads this request's rows on the host.
@@ -342,7 +346,7 @@ class TreeRunnerMixin:
                 if params.greedy:
                     result = accept_greedy_host(tree.buffers, tokens, targets[lo:hi])
                 elif i in sampled:
-                    result = accept_lossless_host(tree.buffers, tokens, sampled[i], generator)
+                    result = sampled[i]
                 else:
                     result = accept(mode, tree.buffers, tree.tokens, rows, params=params, typical=typical,
                                     generator=generator)
