@@ -54,10 +54,8 @@ def processed_probs(logits: torch.Tensor, params: SamplingParams, out: torch.Ten
     whose mass reaches `top_p`; at least the most likely token always stays.
 
     `out`: a tensor of the result's shape and dtype that temperature-only sampling (no top-k,
-    no top-p) computes into, in place, and returns: a caller that keeps one buffer across steps
-    then allocates no [N, V] temporaries (on glibc's allocator each one is a fresh mapping whose
-    pages fault in again every call: 4.5 ms instead of 0.5 ms for 20 rows of 49152 here). Other
-    settings ignore it.
+    no top-p) writes into and returns (scaled into it, then softmax in place: two passes over
+    float32 logits and no [N, V] temporary; it may be `logits` itself). Other settings ignore it.
     """
     if not logits.is_floating_point():
         raise TypeError(f"logits must be floating point, got {logits.dtype}")
@@ -68,11 +66,10 @@ def processed_probs(logits: torch.Tensor, params: SamplingParams, out: torch.Ten
     if out is not None and (out.shape != logits.shape or out.dtype != dtype):
         raise ValueError(f"out must be {dtype} of shape {tuple(logits.shape)}, got {out.dtype} {tuple(out.shape)}")
     vocab = logits.shape[-1]
-    if out is not None and not params.greedy and not 0 < params.top_k < vocab and params.top_p >= 1.0:
-        out.copy_(logits).div_(params.temperature)
-        out.sub_(out.amax(dim=-1, keepdim=True)).exp_()
-        return out.div_(out.sum(dim=-1, keepdim=True))
     logits = logits.to(dtype)
+    if out is not None and not params.greedy and not 0 < params.top_k < vocab and params.top_p >= 1.0:
+        torch.div(logits, params.temperature, out=out)
+        return torch.ops.aten._softmax.out(out, -1, False, out=out)  # row by row: safe in place
     if params.greedy:
         top = greedy_tokens(logits).unsqueeze(-1)
         return torch.zeros_like(logits).scatter_(-1, top, 1.0)

@@ -16,6 +16,7 @@ from typing import Any
 from entmtp_vllm.bench.serve.client import _bench_async, load_prompt_texts
 from entmtp_vllm.bench.serve.config import CompareConfig, ServeBenchConfig
 from entmtp_vllm.bench.serve.interleave import run_interleaved
+from entmtp_vllm.bench.serve.interrupt import interrupt_on_sigterm
 from entmtp_vllm.bench.serve.report import _out_dir
 from entmtp_vllm.bench.serve.servers import ServerProcess, entmtp_commands, free_port, server_commands
 from entmtp_vllm.bench.serve.statistics import compare_table, median_runs, round_ratios
@@ -42,10 +43,11 @@ def run_compare(config: CompareConfig, progress: bool = True, log=print) -> dict
     entmtp = entmtp_commands(config, model)
     for note in entmtp["entmtp"].notes:
         log(f"every server: {note}")
-    if config.interleave:
-        rounds = run_interleaved(config, entmtp, prompts, out, progress, log)
-    else:
-        rounds = [_sequential_round(config, entmtp, prompts, out, progress, log, r) for r in range(config.rounds)]
+    with interrupt_on_sigterm():  # a stopped run stops its servers too
+        if config.interleave:
+            rounds = run_interleaved(config, entmtp, prompts, out, progress, log)
+        else:
+            rounds = [_sequential_round(config, entmtp, prompts, out, progress, log, r) for r in range(config.rounds)]
     runs = rounds[0]["runs"] if config.rounds == 1 else median_runs([entry["runs"] for entry in rounds])
     results = {
         "benchmark": "serve-compare",
