@@ -3,13 +3,16 @@
 
 One engine (VLLM_ENABLE_V1_MULTIPROCESSING=0, uniprocess executor), bf16, eager, EntMTP with its
 defaults (or the settings in JSON, e.g. '{"budget": {"gate": false}}'), `max_num_seqs` = SEQS:
-PROMPTS MT-bench test prompts (greedy, 128 tokens) all submitted, SEQS at a time, after a short
+PROMPTS MT-bench test prompts (greedy unless TEMPERATURE, 128 tokens) all submitted, SEQS at a time, after a short
 warm-up (4 prompts, 16 tokens). Prints tok/s, engine steps and their mean time, draft tokens
 verified and accepted per step, EntMTP's phases (ms a step) and their share of the step, steps
 whose heads the gate skipped, prompt-lookup tokens drafted / accepted / scored without being
 drafted, the trees drafted, the step-cost model and the lookup rate at the end.
 
     python docs/results/serving/epyc_lookup_rates/budget_stats.py PROMPTS SEQS [JSON]
+
+TEMPERATURE (default 0: greedy) samples the measured prompts at that temperature instead (the
+warm-up too), e.g. TEMPERATURE=0.7 for EntMTP's lossless sampled verification.
 """
 
 from __future__ import annotations
@@ -43,10 +46,11 @@ def main() -> None:
               kv_cache_memory_bytes=2 << 30, distributed_executor_backend="uni",
               speculative_config={"model": "entmtp_vllm.EntMTP", "num_speculative_tokens": 5},
               additional_config={"entmtp": settings})
-    llm.generate(prompts[:4], SamplingParams(temperature=0.0, max_tokens=16), use_tqdm=False)  # warm-up
+    temperature = float(os.environ.get("TEMPERATURE", "0"))
+    llm.generate(prompts[:4], SamplingParams(temperature=temperature, max_tokens=16), use_tqdm=False)  # warm-up
     before = llm.collective_rpc("entmtp_stats")[0]
     started = time.perf_counter()
-    outputs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=128), use_tqdm=False)
+    outputs = llm.generate(prompts, SamplingParams(temperature=temperature, max_tokens=128), use_tqdm=False)
     wall = time.perf_counter() - started
     after = llm.collective_rpc("entmtp_stats")[0]
     delta = {k: after[k] - before.get(k, 0) for k in after if isinstance(after[k], (int, float)) and not isinstance(after[k], bool)}
