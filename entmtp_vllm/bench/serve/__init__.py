@@ -36,8 +36,11 @@ re-exported here, so that `from entmtp_vllm.bench.serve import X` keeps working:
 - `prometheus`: `/metrics` parsed, the speculative-decoding numbers of a level;
 - `ray_metrics`: a Ray Serve app's replica counters read and summed (`metrics_from: ray:<dir>`);
 - `report`: Markdown tables, the plot, the JSON / Markdown / PNG files;
-- `servers`: each method's server command line, the server subprocess;
-- `compare`: `run_compare`, every server started and measured, round by round.
+- `servers`: each method's server command line, the server subprocess, a method's server
+  started and healthy (`start_server`), the rounds' server order (`round_order`);
+- `compare`: `run_compare`, every server started and measured, round by round;
+- `interleave`: every server up at once, measured in turns;
+- `interrupt`: SIGTERM / SIGHUP stop a comparison like Ctrl-C (its servers stopped).
 """
 
 from entmtp_vllm.bench.serve.client import (
@@ -52,7 +55,7 @@ from entmtp_vllm.bench.serve.client import (
     server_root,
     stream_request,
 )
-from entmtp_vllm.bench.serve.compare import round_order, run_compare
+from entmtp_vllm.bench.serve.compare import run_compare
 from entmtp_vllm.bench.serve.config import (
     BASELINE,
     COMPARE_METHODS,
@@ -80,12 +83,15 @@ from entmtp_vllm.bench.serve.prometheus import (
 from entmtp_vllm.bench.serve.ray_metrics import REPLICA_LABEL, read_replicas, replica_deltas, sum_replicas
 from entmtp_vllm.bench.serve.report import compare_markdown, markdown_report, write_compare_report, write_report
 from entmtp_vllm.bench.serve.servers import (
+    MethodServer,
     ServerProcess,
     _entmtp_command,
     entmtp_commands,
     free_port,
     log_tail,
+    round_order,
     server_commands,
+    start_server,
 )
 from entmtp_vllm.bench.serve.statistics import (
     MAX_ERROR_MESSAGES,
@@ -119,6 +125,7 @@ __all__ = [
     "MetricsSnapshot",
     "RequestResult",
     "ServeBenchConfig",
+    "MethodServer",
     "ServerProcess",
     "_entmtp_command",
     "acceptance_delta",
@@ -149,6 +156,7 @@ __all__ = [
     "server_commands",
     "entmtp_commands",
     "server_root",
+    "start_server",
     "stream_request",
     "summarize_level",
     "sum_replicas",

@@ -208,24 +208,35 @@ def _api_key() -> str:
     return os.environ.get("OPENAI_API_KEY") or "EMPTY"
 
 
+def openai_client(http, base_url: str):
+    """The OpenAI client the load test sends its requests with, over `http` (an httpx.AsyncClient)."""
+    from openai import AsyncOpenAI
+
+    return AsyncOpenAI(base_url=base_url, api_key=_api_key(), max_retries=0, http_client=http)
+
+
+async def warm_up(http, client, config: ServeBenchConfig, prompts: list[str]) -> str:
+    """The model to ask (`config.model`, else the first the server lists), after `config.warmup`
+    requests that are not counted; one line when every one of them failed."""
+    model = config.model
+    if model is None:
+        models = await list_models(http, config.base_url)
+        if not models:
+            raise EntMTPError(f"the server at {config.base_url} lists no model; pass --model")
+        model = models[0]
+    done = [await stream_request(client, config, model, prompts[i % len(prompts)]) for i in range(config.warmup)]
+    if done and not any(r.ok for r in done):
+        raise EntMTPError(f"every warm-up request to {config.base_url} failed: {done[0].error}")
+    return model
+
+
 async def _bench_async(config: ServeBenchConfig, prompts: list[str], progress: bool, label: str = "") -> dict[str, Any]:
     import httpx
-    from openai import AsyncOpenAI
 
     limits = httpx.Limits(max_connections=max(config.concurrency) + 8, max_keepalive_connections=max(config.concurrency) + 8)
     async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(config.request_timeout, connect=30.0)) as http:
-        model = config.model
-        if model is None:
-            models = await list_models(http, config.base_url)
-            if not models:
-                raise EntMTPError(f"the server at {config.base_url} lists no model; pass --model")
-            model = models[0]
-        client = AsyncOpenAI(base_url=config.base_url, api_key=_api_key(), max_retries=0, http_client=http)
-        warmup = []
-        for i in range(config.warmup):
-            warmup.append(await stream_request(client, config, model, prompts[i % len(prompts)]))
-        if warmup and not any(r.ok for r in warmup):
-            raise EntMTPError(f"every warm-up request to {config.base_url} failed: {warmup[0].error}")
+        client = openai_client(http, config.base_url)
+        model = await warm_up(http, client, config, prompts)
         levels = []
         for concurrency in config.concurrency:
             before = await level_metrics(http, config)

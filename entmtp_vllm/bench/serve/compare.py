@@ -1,33 +1,24 @@
 """A comparison run end to end (`run_compare`): every method's server started in turn, measured
-at every concurrency level and stopped, in rounds whose server order rotates (`round_order`);
+at every concurrency level and stopped, in rounds whose server order rotates (`servers.round_order`);
 or, with `interleave`, every server up at once and measured in turns (`interleave.py`)."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 import tempfile
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from entmtp_vllm.bench.serve.client import _bench_async, load_prompt_texts
-from entmtp_vllm.bench.serve.config import CompareConfig, ServeBenchConfig
+from entmtp_vllm.bench.serve.config import CompareConfig
 from entmtp_vllm.bench.serve.interleave import run_interleaved
 from entmtp_vllm.bench.serve.interrupt import interrupt_on_sigterm
 from entmtp_vllm.bench.serve.report import _out_dir
-from entmtp_vllm.bench.serve.servers import ServerProcess, entmtp_commands, free_port, server_commands
+from entmtp_vllm.bench.serve.servers import entmtp_commands, round_order, start_server
 from entmtp_vllm.bench.serve.statistics import compare_table, median_runs, round_ratios
 from entmtp_vllm.bench.serve.vllm_client import vllm_levels
 from entmtp_vllm.serve_command import ServeCommand
-
-
-def round_order(methods: list[str], round_index: int) -> list[str]:
-    """The servers of round `round_index` (0-based): `methods` rotated left by that many places."""
-    shift = round_index % len(methods)
-    return methods[shift:] + methods[:shift]
 
 
 def run_compare(config: CompareConfig, progress: bool = True, log=print) -> dict[str, Any]:
@@ -91,28 +82,17 @@ def _measure_server(
     round_index: int,
 ) -> dict[str, Any]:
     """Start `method`'s server, run every level against it, stop it."""
-    port = free_port(config.host)
-    built = server_commands(config, entmtp["entmtp"], config.host, port, variants=entmtp)[method]
-    command = built.argv
-    base_url = f"http://{config.host}:{port}/v1"
-    metrics_dir = tempfile.mkdtemp(prefix=f"entmtp-prometheus-{method}-")
-    env = {**os.environ, **built.env, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}
     suffix = f"-r{round_index + 1}" if config.rounds > 1 else ""
-    log_path = out / f"server-{method}{suffix}.log"
-    log(f"[{method}] starting: {built.shell()}  (log: {log_path})")
-    t0 = time.monotonic()
-    server = ServerProcess(command, log_path, base_url, env=env, name=method)
+    server = start_server(config, entmtp, method, out / f"server-{method}{suffix}.log", log)
+    command = server.command.argv
     try:
-        server.wait_healthy(config.health_timeout)
-        log(f"[{method}] healthy after {time.monotonic() - t0:.0f} s")
         if config.client == "vllm":
-            levels = vllm_levels(config, base_url, model_of(command), prompts, out, f"{method}{suffix}", log)
-            return {"command": command, "env": built.env, "log": str(log_path), "levels": levels, "served_model": model_of(command)}
-        bench_config = ServeBenchConfig(**{
-            key: getattr(config, key) for key in ServeBenchConfig.model_fields if key not in ("base_url", "model")
-        }, base_url=base_url, model=None)
-        found = asyncio.run(_bench_async(bench_config, prompts, progress, label=method))
-        return {"command": command, "env": built.env, "log": str(log_path), "levels": found["levels"], "served_model": found["model"]}
+            model = model_of(command)
+            levels = vllm_levels(config, server.base_url, model, prompts, out, f"{method}{suffix}", log)
+        else:
+            found = asyncio.run(_bench_async(config.bench_config(server.base_url), prompts, progress, label=method))
+            model, levels = found["model"], found["levels"]
+        return {"command": command, "env": server.command.env, "log": str(server.process.log_path), "levels": levels,
+                "served_model": model}
     finally:
         server.stop()
-        shutil.rmtree(metrics_dir, ignore_errors=True)

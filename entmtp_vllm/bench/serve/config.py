@@ -207,6 +207,14 @@ class CompareConfig(ServeBenchConfig):
     out: str | None = None
     """Folder for the server logs (None: a temporary folder, kept)."""
 
+    def bench_config(self, base_url: str) -> ServeBenchConfig:
+        """The load test this comparison runs against one of its servers (at `base_url`, its
+        model asked of the server)."""
+        return ServeBenchConfig(**{
+            key: getattr(self, key) for key in ServeBenchConfig.model_fields if key not in ("base_url", "model")
+        }, base_url=base_url, model=None)
+
+
 
 def make_config(cls: type[ServeBenchConfig], **values: Any) -> ServeBenchConfig:
     """`cls(**values)`, with validation problems as one-line `EntMTPError`s naming the flag."""

@@ -23,18 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
-import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from entmtp_vllm.bench.serve.client import level_metrics, list_models, run_level, stream_request
+from entmtp_vllm.bench.serve.client import level_metrics, openai_client, run_level, warm_up
 from entmtp_vllm.bench.serve.config import CompareConfig, ServeBenchConfig
 from entmtp_vllm.bench.serve.prometheus import acceptance_delta
-from entmtp_vllm.bench.serve.servers import ServerProcess, free_port, server_commands
+from entmtp_vllm.bench.serve.servers import MethodServer, round_order, start_server
 from entmtp_vllm.bench.serve.statistics import RequestResult, compare_table, summarize_level
 from entmtp_vllm.bench.serve.vllm_bench_process import VllmBenchProcess
 from entmtp_vllm.bench.serve.vllm_client import vllm_command, write_prompts
@@ -58,20 +54,21 @@ def single_turn_levels(concurrency: list[int], num_prompts: int, waves: int) -> 
 def turn_order(methods: list[str], round_index: int, turn_index: int) -> list[str]:
     """The servers of one turn: `methods` rotated left by round + turn places, so that over a
     level no server always goes first and each round starts where the last one did not."""
-    shift = (round_index + turn_index) % len(methods)
-    return methods[shift:] + methods[:shift]
+    return round_order(methods, round_index + turn_index)
 
 
 @dataclass
 class _Server:
     """One method's server of an interleaved comparison and what its client needs."""
 
-    method: str
-    command: ServeCommand
-    process: ServerProcess
+    server: MethodServer
     config: ServeBenchConfig
-    metrics_dir: str
+    """The load test against it."""
     model: str = ""
+
+    @property
+    def method(self) -> str:
+        return self.server.method
 
 
 def run_interleaved(config: CompareConfig, entmtp: dict[str, ServeCommand], prompts: list[str], out: Path,
@@ -86,7 +83,8 @@ def run_interleaved(config: CompareConfig, entmtp: dict[str, ServeCommand], prom
     runner = VllmBenchProcess(out / "vllm-bench-process.log") if config.client == "vllm" else None
     try:
         for method in config.methods:
-            servers.append(_start(config, entmtp, method, out, log))
+            server = start_server(config, entmtp, method, out / f"server-{method}.log", log)
+            servers.append(_Server(server, config.bench_config(server.base_url)))
         for server in servers:
             server.model = asyncio.run(_warm_up(server.config, prompts))
         rounds = []
@@ -97,47 +95,15 @@ def run_interleaved(config: CompareConfig, entmtp: dict[str, ServeCommand], prom
         if runner is not None:
             runner.close()
         for server in servers:
-            server.process.stop()
-            shutil.rmtree(server.metrics_dir, ignore_errors=True)
-
-
-def _start(config: CompareConfig, entmtp: dict[str, ServeCommand], method: str, out: Path, log) -> _Server:
-    port = free_port(config.host)
-    built = server_commands(config, entmtp["entmtp"], config.host, port, variants=entmtp)[method]
-    base_url = f"http://{config.host}:{port}/v1"
-    metrics_dir = tempfile.mkdtemp(prefix=f"entmtp-prometheus-{method}-")
-    env = {**os.environ, **built.env, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}
-    log_path = out / f"server-{method}.log"
-    log(f"[{method}] starting: {built.shell()}  (log: {log_path})")
-    t0 = time.monotonic()
-    process = ServerProcess(built.argv, log_path, base_url, env=env, name=method)
-    try:
-        process.wait_healthy(config.health_timeout)
-    except BaseException:
-        process.stop()
-        shutil.rmtree(metrics_dir, ignore_errors=True)
-        raise
-    log(f"[{method}] healthy after {time.monotonic() - t0:.0f} s")
-    bench_config = ServeBenchConfig(**{
-        key: getattr(config, key) for key in ServeBenchConfig.model_fields if key not in ("base_url", "model")
-    }, base_url=base_url, model=None)
-    return _Server(method, built, process, bench_config, metrics_dir)
+            server.server.stop()
 
 
 async def _warm_up(config: ServeBenchConfig, prompts: list[str]) -> str:
     """The served model's name, after `config.warmup` requests (none of them counted)."""
     import httpx
-    from openai import AsyncOpenAI
 
     async with httpx.AsyncClient(timeout=httpx.Timeout(config.request_timeout, connect=30.0)) as http:
-        models = await list_models(http, config.base_url)
-        if not models:
-            raise EntMTPError(f"the server at {config.base_url} lists no model")
-        client = AsyncOpenAI(base_url=config.base_url, api_key="EMPTY", max_retries=0, http_client=http)
-        done = [await stream_request(client, config, models[0], prompts[i % len(prompts)]) for i in range(config.warmup)]
-        if done and not any(r.ok for r in done):
-            raise EntMTPError(f"every warm-up request to {config.base_url} failed: {done[0].error}")
-        return models[0]
+        return await warm_up(http, openai_client(http, config.base_url), config, prompts)
 
 
 def _round(config: CompareConfig, servers: list[_Server], prompts: list[str], out: Path, round_index: int,
@@ -173,8 +139,9 @@ def _round(config: CompareConfig, servers: list[_Server], prompts: list[str], ou
                 level["tokens_counted_from"] = "vllm bench serve"
             levels[server.method].append(level)
     runs = {
-        server.method: {"command": server.command.argv, "env": server.command.env, "log": str(server.process.log_path),
-                        "levels": levels[server.method], "served_model": server.model}
+        server.method: {"command": server.server.command.argv, "env": server.server.command.env,
+                        "log": str(server.server.process.log_path), "levels": levels[server.method],
+                        "served_model": server.model}
         for server in servers
     }
     order = turn_order(list(config.methods), round_index, 0)
@@ -191,13 +158,12 @@ async def _metrics(config: ServeBenchConfig):
 async def _entmtp_turn(server: _Server, chunk: list[str], concurrency: int, progress: bool,
                        tag: str) -> tuple[list[RequestResult], float]:
     import httpx
-    from openai import AsyncOpenAI
 
     config = server.config
     limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)
     async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(config.request_timeout, connect=30.0)) as http:
-        client = AsyncOpenAI(base_url=config.base_url, api_key="EMPTY", max_retries=0, http_client=http)
-        return await run_level(client, config, server.model, chunk, concurrency, progress, desc=tag)
+        return await run_level(openai_client(http, config.base_url), config, server.model, chunk, concurrency, progress,
+                               desc=tag)
 
 
 def _vllm_turn(config: CompareConfig, runner: VllmBenchProcess, server: _Server, chunk: list[str], concurrency: int,

@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,12 @@ from entmtp_vllm.bench.serve.config import VARIANT_PREFIX, CompareConfig
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.kv_cache_size import NodeMemory, node_memory
 from entmtp_vllm.serve_command import ServeCommand, ServeOptions, build_serve_command, config_object
+
+
+def round_order(methods: list[str], round_index: int) -> list[str]:
+    """The servers of round `round_index` (0-based): `methods` rotated left by that many places."""
+    shift = round_index % len(methods)
+    return methods[shift:] + methods[:shift]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -180,3 +188,45 @@ def server_commands(config: CompareConfig, entmtp: ServeCommand, host: str, port
     commands = {"vllm": plain + where, "ngram": ngram + where, "entmtp": entmtp.argv + where}
     commands.update({method: built.argv + where for method, built in (variants or {}).items()})
     return {method: ServeCommand(commands[method], dict(entmtp.env), list(entmtp.notes)) for method in config.methods}
+
+
+@dataclass
+class MethodServer:
+    """One method's server of a comparison, started and healthy."""
+
+    method: str
+    command: ServeCommand
+    """What was started: its arguments and the variables set on top of the environment."""
+    process: ServerProcess
+    base_url: str
+    metrics_dir: str
+    """The server's `PROMETHEUS_MULTIPROC_DIR`, removed by `stop`."""
+
+    def stop(self) -> None:
+        self.process.stop()
+        shutil.rmtree(self.metrics_dir, ignore_errors=True)
+
+
+def start_server(config: CompareConfig, entmtp: dict[str, ServeCommand], method: str, log_path: Path, log) -> MethodServer:
+    """Start `method`'s server (`server_commands`) on a free port with a Prometheus folder of its
+    own and wait until it answers `/health`; when it does not, nothing is left running."""
+    port = free_port(config.host)
+    built = server_commands(config, entmtp["entmtp"], config.host, port, variants=entmtp)[method]
+    base_url = f"http://{config.host}:{port}/v1"
+    metrics_dir = tempfile.mkdtemp(prefix=f"entmtp-prometheus-{method}-")
+    env = {**os.environ, **built.env, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}
+    log(f"[{method}] starting: {built.shell()}  (log: {log_path})")
+    started = time.monotonic()
+    try:
+        process = ServerProcess(built.argv, log_path, base_url, env=env, name=method)
+    except BaseException:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        raise
+    server = MethodServer(method, built, process, base_url, metrics_dir)
+    try:
+        process.wait_healthy(config.health_timeout)
+    except BaseException:
+        server.stop()
+        raise
+    log(f"[{method}] healthy after {time.monotonic() - started:.0f} s")
+    return server
