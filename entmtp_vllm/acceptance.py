@@ -273,21 +273,21 @@ class LosslessWalk:
         accepted and the walk needs its row next; False: done, `result` is set."""
         children = self.buffers.children[self.node]
         chances = probs[[self.tokens[c] for c in children]].tolist() if children else []
-        rejected: dict[int, float] = {}  # token: its p at this node
-        total = None  # the row's mass, computed at the first rejection
+        rejected: list[int] = []  # tokens zeroed at this node
+        mass = 1.0  # what p(t) is divided by: 1, then the row's mass less the rejected tokens'
         for candidate, p in zip(children, chances):
             token = self.tokens[candidate]
             if token in rejected:
                 p = 0.0
-            mass = 1.0 if not rejected else total - sum(rejected.values())
             if self.uniforms[candidate] * mass < p:  # u < p(t) / mass, without the division
                 self.accepted.append(candidate)
                 return True
             if token not in rejected:
-                total = float(probs.sum()) if total is None else total
-                if total - sum(rejected.values()) - p > 0:  # else p stays as it is (see `_residual`)
-                    rejected[token] = p
-        self.result = AcceptResult(self.accepted, sample(probs, self.generator, exclude=list(rejected)))
+                left = (float(probs.sum()) if not rejected else mass) - p
+                if left > 0:  # else p stays as it is (see `_residual`)
+                    rejected.append(token)
+                    mass = left
+        self.result = AcceptResult(self.accepted, sample(probs, self.generator, exclude=rejected))
         return False
 
 

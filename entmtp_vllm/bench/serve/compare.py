@@ -84,15 +84,13 @@ def _measure_server(
     """Start `method`'s server, run every level against it, stop it."""
     suffix = f"-r{round_index + 1}" if config.rounds > 1 else ""
     server = start_server(config, entmtp, method, out / f"server-{method}{suffix}.log", log)
-    command = server.command.argv
     try:
         if config.client == "vllm":
-            model = model_of(command)
+            model = model_of(server.command.argv)
             levels = vllm_levels(config, server.base_url, model, prompts, out, f"{method}{suffix}", log)
         else:
             found = asyncio.run(_bench_async(config.bench_config(server.base_url), prompts, progress, label=method))
             model, levels = found["model"], found["levels"]
-        return {"command": command, "env": server.command.env, "log": str(server.process.log_path), "levels": levels,
-                "served_model": model}
+        return server.record(levels, model)
     finally:
         server.stop()

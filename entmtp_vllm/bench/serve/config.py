@@ -215,7 +215,6 @@ class CompareConfig(ServeBenchConfig):
         }, base_url=base_url, model=None)
 
 
-
 def make_config(cls: type[ServeBenchConfig], **values: Any) -> ServeBenchConfig:
     """`cls(**values)`, with validation problems as one-line `EntMTPError`s naming the flag."""
     try:

@@ -138,12 +138,7 @@ def _round(config: CompareConfig, servers: list[_Server], prompts: list[str], ou
             if config.client == "vllm":
                 level["tokens_counted_from"] = "vllm bench serve"
             levels[server.method].append(level)
-    runs = {
-        server.method: {"command": server.server.command.argv, "env": server.server.command.env,
-                        "log": str(server.server.process.log_path), "levels": levels[server.method],
-                        "served_model": server.model}
-        for server in servers
-    }
+    runs = {server.method: server.server.record(levels[server.method], server.model) for server in servers}
     order = turn_order(list(config.methods), round_index, 0)
     return {"order": order, "runs": runs, "table": compare_table(runs), "turns": turn_counts}
 

@@ -206,6 +206,11 @@ class MethodServer:
         self.process.stop()
         shutil.rmtree(self.metrics_dir, ignore_errors=True)
 
+    def record(self, levels: list[dict[str, Any]], served_model: str) -> dict[str, Any]:
+        """The comparison's record of this server: what ran, its log, its levels."""
+        return {"command": self.command.argv, "env": self.command.env, "log": str(self.process.log_path),
+                "levels": levels, "served_model": served_model}
+
 
 def start_server(config: CompareConfig, entmtp: dict[str, ServeCommand], method: str, log_path: Path, log) -> MethodServer:
     """Start `method`'s server (`server_commands`) on a free port with a Prometheus folder of its
