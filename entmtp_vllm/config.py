@@ -41,6 +41,15 @@ the 2-core AVX512 machine every server, with or without speculation, served 1.3-
 second this way (docs/results/serving/process_layout). False (`--no-in-process`): vLLM's own
 layout. Never on a GPU, and left out when the vLLM arguments choose an executor or several devices."""
 
+CPU_THREADS: int | None = None
+"""On CPU with the worker inside the engine core's process (`CPU_IN_PROCESS`), torch's threads in
+that process (`OMP_NUM_THREADS`, for every server a comparison starts). None: every core this
+process may run on (its affinity mask), unless `OMP_NUM_THREADS` is already set. vLLM itself
+drops an in-process engine to 1 thread (`utils/torch_utils.py`, unless `OMP_NUM_THREADS` is set),
+and its own layout binds the worker to all cores but one, which on 2 cores is also 1. On the
+2-core AVX512 machine, 2 threads served more tokens a second than 1 for every server, most at 16
+requests (docs/results/serving/cpu_threads)."""
+
 
 class _Config(BaseModel):
     model_config = ConfigDict(use_attribute_docstrings=True, extra="forbid", frozen=True)

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from entmtp_vllm.config import CPU_IN_PROCESS
+from entmtp_vllm.config import CPU_IN_PROCESS, CPU_THREADS
 from entmtp_vllm.cpu_features import cpu_flags
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.kv_cache_size import (
@@ -89,6 +89,11 @@ class ServeOptions(BaseModel):
     """On CPU, run vLLM's worker inside its engine core's process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`
     + `--distributed-executor-backend uni`; `uni` alone would be turned back into `mp`). Off: vLLM's
     own layout (the worker in a third process). Default and why: `config.CPU_IN_PROCESS`."""
+
+    threads: int | None = Field(default=CPU_THREADS, ge=1)
+    """On CPU with the worker in the engine core's process (`in_process`), torch's threads there
+    (`OMP_NUM_THREADS`). None: every core this process may run on, unless `OMP_NUM_THREADS` is set
+    (default and why: `config.CPU_THREADS`)."""
 
     cpu_gemm: Literal["packed", "vllm"] | None = None
     """On CPU, the linear layers' matrix multiply: `packed` (EntMTP's kernel for steps of few
@@ -211,6 +216,27 @@ def cpu_gemm_env(choice: str | None, dtype: str | None, environ: dict[str, str])
     )
 
 
+def cpu_threads_env(threads: int | None, environ: dict[str, str], cores: int) -> tuple[dict[str, str], str]:
+    """(variables, note) for torch's threads in an in-process engine: `threads` (None: `cores`,
+    the cores this process may run on, unless the caller set OMP_NUM_THREADS). More threads than
+    cores is refused in one line: a thread waiting for a core stalls every parallel region."""
+    if threads is None and "OMP_NUM_THREADS" in environ:
+        return {}, f"torch threads: OMP_NUM_THREADS={environ['OMP_NUM_THREADS']} from the environment"
+    if threads is not None and threads > cores:
+        raise EntMTPError(f"--threads {threads}: this process may run on {cores} cores; use --threads {cores} or fewer")
+    chosen = cores if threads is None else threads
+    why = "" if threads is not None else (
+        ": every core this process may run on (vLLM would use 1 in process; more threads served more "
+        "tokens a second for every server, docs/results/serving/cpu_threads); pass --threads to change it"
+    )
+    return {"OMP_NUM_THREADS": str(chosen)}, f"torch threads: OMP_NUM_THREADS={chosen}{why}"
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask; all the machine's where there is none)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def on_cpu() -> bool:
     """Whether vLLM will run on the CPU here (no CUDA device visible to torch)."""
     import torch
@@ -262,9 +288,10 @@ def build_serve_command(
     memory: NodeMemory | None = None,
     environ: dict[str, str] | None = None,
     flags: set[str] | None = None,
+    cores: int | None = None,
 ) -> ServeCommand:
-    """The validated `vllm serve` command for `options` (`cpu`, `memory`, `environ`, `flags`:
-    this machine's unless given)."""
+    """The validated `vllm serve` command for `options` (`cpu`, `memory`, `environ`, `flags`,
+    `cores`: this machine's unless given)."""
     settings = _settings(options)
     config = parse_config(settings)
     # the budget given is checked against the trees (too small: a one-line error now)
@@ -300,6 +327,14 @@ def build_serve_command(
             command.notes.append(
                 "process layout: vLLM's worker inside its engine core's process (two processes, not three: "
                 "on few cores much faster, docs/results/serving/process_layout); --no-in-process for vLLM's own"
+            )
+            threads_env, note = cpu_threads_env(options.threads, environ, usable_cores() if cores is None else cores)
+            command.env.update(threads_env)
+            command.notes.append(note)
+        elif options.threads is not None:
+            raise EntMTPError(
+                f"--threads {options.threads} sets the threads of a worker inside its engine core's process; "
+                "with vLLM's own process layout vLLM binds the worker's threads itself (VLLM_CPU_OMP_THREADS_BIND)"
             )
         gemm_env, note = cpu_gemm_env(options.cpu_gemm, dtype or option_value(extra, "--dtype"), environ)
         command.env.update(gemm_env)

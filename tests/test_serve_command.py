@@ -16,9 +16,10 @@ BF16 = {"avx512f", "avx512_bf16"}  # a CPU with native bf16: vLLM's own dtype ch
 AVX2 = {"avx2", "fma"}
 
 
-def _build(cpu: bool = True, memory: NodeMemory = ROOMY, environ: dict | None = None, flags=BF16, **options):
+def _build(cpu: bool = True, memory: NodeMemory = ROOMY, environ: dict | None = None, flags=BF16, cores: int = 4,
+           **options):
     return build_serve_command(ServeOptions(model="org/model", **options), cpu=cpu, memory=memory,
-                               environ=environ or {}, flags=flags)
+                               environ=environ or {}, flags=flags, cores=cores)
 
 
 def _entmtp_settings(command: list[str]) -> dict:
@@ -105,7 +106,8 @@ def test_in_process_sets_both_the_executor_and_the_variable(in_process, vllm_arg
     uni = option_value(built.argv, "--distributed-executor-backend") == "uni"
     assert uni is expected
     # `uni` without the variable is turned back into `mp` by vLLM's CPU platform: never one alone
-    assert (built.env == IN_PROCESS_ENV) is expected
+    assert (IN_PROCESS_ENV.items() <= built.env.items()) is expected
+    assert ("OMP_NUM_THREADS" in built.env) is expected  # vLLM's own layout binds its worker's threads itself
     assert built.argv.count("--distributed-executor-backend") <= 1
     if expected:
         assert built.shell().startswith("VLLM_ENABLE_V1_MULTIPROCESSING=0 ")
@@ -224,3 +226,35 @@ def test_cpu_matrix_multiply_without_a_compiler(monkeypatch, tmp_path):
     assert any("vLLM's own (EntMTP's packed kernel is unavailable: no C++ compiler" in note for note in auto.notes)
     with pytest.raises(EntMTPError, match="--cpu-gemm packed: no C\\+\\+ compiler"):
         _build(flags=AVX2, cpu_gemm="packed")
+
+
+def test_an_in_process_engine_gets_every_core_unless_told_otherwise():
+    built = _build(cores=3)
+    assert built.env["OMP_NUM_THREADS"] == "3" and "OMP_NUM_THREADS=3 " in built.shell()
+    assert any(note.startswith("torch threads: OMP_NUM_THREADS=3: every core") for note in built.notes)
+    # the caller's variable wins over the default, and is said to
+    kept = _build(cores=3, environ={"OMP_NUM_THREADS": "1"})
+    assert "OMP_NUM_THREADS" not in kept.env
+    assert "torch threads: OMP_NUM_THREADS=1 from the environment" in kept.notes
+    # an explicit --threads wins over both
+    assert _build(cores=3, threads=2, environ={"OMP_NUM_THREADS": "1"}).env["OMP_NUM_THREADS"] == "2"
+    assert "OMP_NUM_THREADS" not in _build(cpu=False).env  # on a GPU vLLM's defaults stand
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        ({"threads": 5}, ["--threads 5", "4 cores", "--threads 4 or fewer"]),
+        ({"threads": 2, "in_process": False}, ["--threads 2", "vLLM's own process layout"]),
+        ({"threads": 2, "vllm_args": ["--distributed-executor-backend", "mp"]}, ["--threads 2"]),
+    ],
+)
+def test_threads_the_engine_cannot_use_are_one_line(options, words):
+    with pytest.raises(EntMTPError) as err:
+        _build(cores=4, **options)
+    assert "\n" not in str(err.value) and all(word in str(err.value) for word in words)
+
+
+def test_threads_below_one_are_refused():
+    with pytest.raises(ValueError):
+        ServeOptions(threads=0)

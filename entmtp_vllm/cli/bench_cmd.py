@@ -8,7 +8,7 @@ import sys
 
 from entmtp_vllm.cli.data_cmd import add_prompt_args
 from entmtp_vllm.cli.generate_cmd import add_decoding_args, sampling_from_args, set_threads
-from entmtp_vllm.config import CPU_IN_PROCESS
+from entmtp_vllm.config import CPU_IN_PROCESS, CPU_THREADS
 from entmtp_vllm.errors import EntMTPError
 
 
@@ -117,6 +117,9 @@ def register_serve(sub: argparse._SubParsersAction) -> None:
                        "does (default on; --no-in-process: vLLM's own process layout for every server). Every "
                        "server also gets the same KV cache size, sized once for this machine unless --server-args "
                        "give one")
+    group.add_argument("--server-threads", type=int, default=CPU_THREADS, metavar="N",
+                       help="on CPU with --in-process, torch's threads in every server's engine core, as entmtp "
+                       "serve --threads (default: every core this process may run on, unless OMP_NUM_THREADS is set)")
     group.add_argument("--cpu-gemm", choices=("packed", "vllm"), default=None,
                        help="on CPU, every server's matrix multiply, as entmtp serve --cpu-gemm chooses it "
                        "(default: packed when the servers run in float32 and the kernel builds here, else vllm)")
@@ -226,6 +229,7 @@ def run_serve_cmd(args: argparse.Namespace) -> int:
         server_args=server_args,
         eager=args.eager,
         in_process=args.in_process,
+        threads=args.server_threads,
         cpu_gemm=args.cpu_gemm,
         client=args.client,
         health_timeout=args.health_timeout,

@@ -319,16 +319,17 @@ def test_server_commands_share_one_base():
     assert spec == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
     assert json.loads(entmtp[entmtp.index("--speculative-config") + 1])["model"] == "entmtp_vllm.EntMTP"
     assert json.loads(entmtp[entmtp.index("--additional-config") + 1])["entmtp"]["bank"] == "chain:2"
-    sizes, gemms = set(), set()
+    sizes, gemms, threads = set(), set(), set()
     for built in commands.values():
         command = built.argv
         assert "--max-model-len" in command and command[command.index("--dtype") + 1] == "float32"
         # on CPU every server's worker inside its engine core's process unless asked otherwise
         assert command[command.index("--distributed-executor-backend") + 1] == "uni"
-        assert _without_gemm(built.env) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+        assert _without_gemm(built.env).get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
         sizes.add(command[command.index("--kv-cache-memory-bytes") + 1])  # sized once for every server
         gemms.add(built.env.get("ENTMTP_CPU_GEMM"))  # one matrix multiply for every server
-    assert len(sizes) == 1 and len(gemms) == 1
+        threads.add(built.env.get("OMP_NUM_THREADS"))  # the same torch threads for every server
+    assert len(sizes) == 1 and len(gemms) == 1 and len(threads) == 1
     own = bench.make_config(bench.CompareConfig, in_process=False)  # --no-in-process: vLLM's own layout
     for built in bench.server_commands(own, bench._entmtp_command(own, "org/model"), "h", 1).values():
         assert "--distributed-executor-backend" not in built.argv and _without_gemm(built.env) == {}
@@ -336,6 +337,9 @@ def test_server_commands_share_one_base():
     for built in bench.server_commands(mine, bench._entmtp_command(mine, "org/model"), "h", 1).values():
         assert "--distributed-executor-backend=mp" in built.argv and "uni" not in built.argv
         assert _without_gemm(built.env) == {}
+    one = bench.make_config(bench.CompareConfig, threads=1)  # --server-threads 1
+    for built in bench.server_commands(one, bench._entmtp_command(one, "org/model"), "h", 1).values():
+        assert built.env["OMP_NUM_THREADS"] == "1"
     off = bench.make_config(bench.CompareConfig, cpu_gemm="vllm", server_args=["--dtype", "float32"])
     for built in bench.server_commands(off, bench._entmtp_command(off, "org/model"), "h", 1).values():
         assert built.env["ENTMTP_CPU_GEMM"] == "vllm"

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from entmtp_vllm.config import CPU_IN_PROCESS
+from entmtp_vllm.config import CPU_IN_PROCESS, CPU_THREADS
 from entmtp_vllm.errors import EntMTPError
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
@@ -40,6 +40,7 @@ _FLAGS = {
     "entmtp_variants": "--variant",
     "num_speculative_tokens": "--num-speculative-tokens",
     "metrics_from": "--metrics-from",
+    "threads": "--server-threads",
 }
 
 
@@ -147,6 +148,11 @@ class CompareConfig(ServeBenchConfig):
     """On CPU, run every server's worker inside its engine core's process (`ServeOptions.in_process`;
     `entmtp serve --in-process`). Off: vLLM's own process layout. Default and why:
     `config.CPU_IN_PROCESS`."""
+
+    threads: int | None = Field(default=CPU_THREADS, ge=1)
+    """On CPU with `in_process`, torch's threads in every server's engine core
+    (`ServeOptions.threads`; `entmtp serve --threads`). None: every core, unless OMP_NUM_THREADS is
+    set. Default and why: `config.CPU_THREADS`."""
 
     cpu_gemm: Literal["packed", "vllm"] | None = None
     """On CPU, every server's matrix multiply (`ServeOptions.cpu_gemm`; `entmtp serve --cpu-gemm`):

@@ -129,7 +129,7 @@ def _entmtp_command(config: CompareConfig, model: str, variant: dict[str, Any] |
             model=model, heads=config.heads, bank=config.bank, tree=config.tree, policy=config.policy,
             acceptance=config.acceptance, config=settings,
             num_speculative_tokens=config.num_speculative_tokens, eager=config.eager,
-            in_process=config.in_process, cpu_gemm=config.cpu_gemm, vllm_args=list(config.server_args),
+            in_process=config.in_process, threads=config.threads, cpu_gemm=config.cpu_gemm, vllm_args=list(config.server_args),
         ),
         memory=memory,
     )
