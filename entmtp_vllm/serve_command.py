@@ -223,7 +223,10 @@ def cpu_threads_env(threads: int | None, environ: dict[str, str], cores: int) ->
     if threads is None and "OMP_NUM_THREADS" in environ:
         return {}, f"torch threads: OMP_NUM_THREADS={environ['OMP_NUM_THREADS']} from the environment"
     if threads is not None and threads > cores:
-        raise EntMTPError(f"--threads {threads}: this process may run on {cores} cores; use --threads {cores} or fewer")
+        raise EntMTPError(
+            f"--threads {threads} (bench serve: --server-threads): this process may run on {cores} cores; "
+            f"use {cores} or fewer"
+        )
     chosen = cores if threads is None else threads
     why = "" if threads is not None else (
         ": every core this process may run on (vLLM would use 1 in process; more threads served more "
@@ -333,7 +336,8 @@ def build_serve_command(
             command.notes.append(note)
         elif options.threads is not None:
             raise EntMTPError(
-                f"--threads {options.threads} sets the threads of a worker inside its engine core's process; "
+                f"--threads {options.threads} (bench serve: --server-threads) sets the threads of a worker inside "
+                "its engine core's process; "
                 "with vLLM's own process layout vLLM binds the worker's threads itself (VLLM_CPU_OMP_THREADS_BIND)"
             )
         gemm_env, note = cpu_gemm_env(options.cpu_gemm, dtype or option_value(extra, "--dtype"), environ)

@@ -244,7 +244,7 @@ def test_an_in_process_engine_gets_every_core_unless_told_otherwise():
 @pytest.mark.parametrize(
     "options, words",
     [
-        ({"threads": 5}, ["--threads 5", "4 cores", "--threads 4 or fewer"]),
+        ({"threads": 5}, ["--threads 5", "--server-threads", "4 cores", "use 4 or fewer"]),
         ({"threads": 2, "in_process": False}, ["--threads 2", "vLLM's own process layout"]),
         ({"threads": 2, "vllm_args": ["--distributed-executor-backend", "mp"]}, ["--threads 2"]),
     ],
