@@ -7,7 +7,7 @@ import json
 import sys
 
 from entmtp_vllm.acceptance import ACCEPT_MODES
-from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.errors import EntMTPError, flag_problem
 from entmtp_vllm.tree import SPEC_FORMS
 
 
@@ -44,8 +44,8 @@ def sampling_from_args(args: argparse.Namespace):
     try:
         return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        raise EntMTPError(f"--{first['loc'][0].replace('_', '-')}: {first['msg']}") from None
+        _, flag, problem = flag_problem(exc)
+        raise EntMTPError(f"{flag}: {problem}") from None
 
 
 def set_threads(threads: int) -> None:

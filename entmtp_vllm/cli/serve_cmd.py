@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from entmtp_vllm.config import CPU_IN_PROCESS, CPU_THREADS
-from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.errors import EntMTPError, flag_problem
 from entmtp_vllm.serve_command import ServeOptions, build_serve_command
 
 
@@ -79,9 +79,8 @@ def options_from_args(args: argparse.Namespace) -> ServeOptions:
     try:
         return _options(args)
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        name = str(first["loc"][0]) if first["loc"] else "options"
-        raise EntMTPError(f"--{name.replace('_', '-')}: {first['msg']} (got {getattr(args, name, None)!r})") from None
+        name, flag, problem = flag_problem(exc)
+        raise EntMTPError(f"{flag}: {problem} (got {getattr(args, name, None)!r})") from None
 
 
 def _options(args: argparse.Namespace) -> ServeOptions:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from entmtp_vllm.config import CPU_IN_PROCESS, CPU_THREADS
-from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.errors import EntMTPError, flag_problem
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 DEFAULT_CONCURRENCY = (1, 4, 16)
@@ -226,11 +226,8 @@ def make_config(cls: type[ServeBenchConfig], **values: Any) -> ServeBenchConfig:
     try:
         config = cls(**values)
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        field_name = str(first["loc"][0]) if first["loc"] else "config"
-        where = _FLAGS.get(field_name, "--" + field_name.replace("_", "-"))
+        field_name, where, problem = flag_problem(exc, _FLAGS)
         value = values.get(field_name)
-        problem = first["msg"]
         if field_name in ("concurrency", "datasets", "methods") and isinstance(value, list) and not value:
             problem = "needs at least one value"
         raise EntMTPError(f"{where}: {problem} (got {value!r})") from None
