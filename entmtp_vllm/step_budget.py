@@ -1,11 +1,12 @@
 """The step budget: how many of its tree's nodes each request of a step drafts.
 
     if gate.drafts(batch, cost_model):                        # before any head call
-        values = node_values(draft.token_probs, buffers, calibration.head_scale, lookup_rate)
+        limits = plan_deeper(drafted, predicted, cost_model, spent, head_seconds)  # before a deeper level
+        values = node_values(draft.token_probs, parents, calibration.scale, lookup_rate)
         plan = plan_budget([BudgetRequest(values, buffers.chain_nodes), ...], cost_model, spent)
         gate.observe(batch, plan, drafting_seconds)
 
-Every request arrives with its policy's tree, drafted in full (`heads.drafting.draft_trees`).
+Every request arrives with its policy's tree, drafted level by level (`heads.drafting.draft_trees`).
 Each draft node gets a value: its estimated chance of being accepted, the product along its
 path of each node's chance given its parent (a head node: its head probability times the
 engine's calibration scale, capped at 1; a prompt-lookup node: the request's lookup hit rate).
@@ -17,19 +18,25 @@ request emits anyway) plus the kept nodes' values, and T is the step-cost model'
 So trees shrink smoothly as the batch grows, confident requests keep drafting at any batch size,
 and a step that nothing pays for drafts nothing.
 
-Drafting itself costs time the plan cannot save: the heads run before the plan can tell what
-pays. The step-cost model therefore learns steps without their drafting time (T is a step
-without drafting), the plan counts the drafting already done as spent, and `DraftGate` keeps the
-heads from running at a batch size where what the plan has kept there recently was worth less
-than the drafting took; prompt-lookup trees, which call no head, still draft. (At 16 requests
-on a 2-core CPU, drafting took 8-11 ms of a 150-220 ms step while about one draft node per
-request was verified: docs/results/serving/step_profile.)
+Drafting itself costs time: a head call per level. The step-cost model therefore learns steps
+without their drafting time (T is a step without drafting), the plan counts the drafting already
+done as spent, and two rules keep the heads from drafting what will not be kept. Before any
+head call, `DraftGate` skips the heads at a batch size where what the plan has kept there
+recently was worth less than the drafting took (prompt-lookup trees, which call no head, still
+draft). Before each deeper head level, `plan_deeper` values the nodes not drafted yet at their
+depth's measured acceptance rate (`HeadCalibration.depth_rate`) and calls the level's head only
+if the plan over those values, the call's seconds counted, beats stopping, and only for the
+requests that plan would keep nodes of. (At 16 requests on a 2-core CPU, drafting took 8-11 ms
+of a 150-220 ms step while about one draft node per request was verified:
+docs/results/serving/step_profile; in session 41, with every head level drafted, the plan cut
+79% of the drafted nodes at 16: docs/results/serving/epyc_threads.) `step_planner.StepPlanner`
+runs these rules step after step.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from entmtp_vllm.config import StepBudgetConfig
 from entmtp_vllm.step_cost import StepCostModel
@@ -47,15 +54,24 @@ class BudgetRequest:
     rows pay the tree-attention cost)."""
 
 
-def node_values(token_probs: Sequence[float], parents: Sequence[int], head_scale: float, lookup_rate: float) -> list[float]:
+def node_values(token_probs: Sequence[float | None], parents: Sequence[int], head_scale: float, lookup_rate: float,
+                depth_rate: Callable[[int], float] | None = None) -> list[float]:
     """Each draft node's chance of acceptance (node order, root left out): its parent's times
     its own given the parent (a head node: `head_scale` × its head probability, capped at 1; a
-    lookup node, marked by a negative probability: `lookup_rate`)."""
+    lookup node, marked by a negative probability: `lookup_rate`; a head node not drafted yet,
+    marked None: `depth_rate(depth)`, its depth's measured rate)."""
     values = [1.0] * len(parents)
+    depths = [0] * len(parents)
     for i in range(1, len(parents)):
-        p = token_probs[i]
-        given_parent = lookup_rate if p < 0 else min(1.0, head_scale * p)
-        values[i] = values[parents[i]] * given_parent
+        p, parent = token_probs[i], parents[i]
+        depths[i] = depths[parent] + 1
+        if p is None:
+            if depth_rate is None:
+                raise ValueError(f"node {i} has no probability and no depth rate was given")
+            given_parent = depth_rate(depths[i])
+        else:
+            given_parent = lookup_rate if p < 0 else min(1.0, head_scale * p)
+        values[i] = values[parent] * given_parent
     return values[1:]
 
 
@@ -113,6 +129,27 @@ def plan_budget(requests: Sequence[BudgetRequest], cost: StepCostModel, spent: f
         kept[i], expected, seconds = n, expected + gain, seconds + extra
         best[i] = _best_extension(requests[i], n, per_token, per_tree_token)
     return BudgetPlan(kept, expected - rows, seconds - base)
+
+
+def plan_deeper(known: Sequence[BudgetRequest], predicted: Sequence[BudgetRequest], cost: StepCostModel,
+                spent: float, head_seconds: float) -> list[int]:
+    """Before a head level: how many draft nodes each request drafts at most (a prefix in node
+    order). `known[r]`: request r's nodes whose values are known (copied or drafted), up to its
+    first head node not drafted yet; `predicted[r]`: all its nodes, those not drafted yet valued
+    at their depth's measured rate (`node_values` with `depth_rate`). Drafting on takes
+    `head_seconds` more; it goes on only if the plan over the predicted values, those seconds
+    counted, expects more tokens per second than the plan that stops here, and then each request
+    drafts as far as that plan keeps (never fewer than its known nodes)."""
+    rows = len(known)
+    if not rows:
+        return []
+    base = cost.cost(rows, rows, 0) + max(0.0, spent)
+    stop = plan_budget(known, cost, spent)
+    go = plan_budget(predicted, cost, spent + head_seconds)
+    limits = [len(r.values) for r in known]
+    if (rows + go.gain) * (base + stop.seconds) > (rows + stop.gain) * (base + head_seconds + go.seconds):
+        limits = [max(n, k) for n, k in zip(limits, go.kept)]
+    return limits
 
 
 @dataclass
@@ -201,17 +238,31 @@ class HeadCalibration:
         self._forget = 1.0 - 1.0 / config.calibration_memory
         self.predicted = 0.0
         self.accepted = 0.0
+        self._by_depth: dict[int, list[float]] = {}  # depth: [accepted, tried] (forgetting)
 
     @property
     def scale(self) -> float:
         return (self.accepted + self.PRIOR_NODES) / (self.predicted + self.PRIOR_NODES)
 
+    def depth_rate(self, depth: int) -> float:
+        """The measured chance that a head node at `depth` is accepted when its parent is (all
+        such nodes verified, forgetting older ones; `PRIOR_NODES` pseudo-nodes at 1, so a depth
+        not seen yet is predicted to pay, and gets drafted, and measured)."""
+        accepted, tried = self._by_depth.get(depth, (0.0, 0.0))
+        return (accepted + self.PRIOR_NODES) / (tried + self.PRIOR_NODES)
+
     def observe(self, token_probs: Sequence[float], parents: Sequence[int], accepted: Sequence[int]) -> None:
         """A verified tree: its nodes' head probabilities, parents, and the accepted path."""
         on_path = set(accepted)
+        factor = self._forget
+        depths = [0] * len(parents)
         for i in range(1, len(parents)):
+            depths[i] = depths[parents[i]] + 1
             p = token_probs[i]
             if p >= 0 and parents[i] in on_path:
-                factor = self._forget
+                hit = i in on_path
                 self.predicted = factor * self.predicted + p
-                self.accepted = factor * self.accepted + (i in on_path)
+                self.accepted = factor * self.accepted + hit
+                counts = self._by_depth.setdefault(depths[i], [0.0, 0.0])
+                counts[0] = factor * counts[0] + hit
+                counts[1] = factor * counts[1] + 1.0

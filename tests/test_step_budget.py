@@ -13,6 +13,7 @@ from entmtp_vllm.step_budget import (
     LookupRate,
     node_values,
     plan_budget,
+    plan_deeper,
 )
 from entmtp_vllm.step_cost import StepCostModel
 from entmtp_vllm.topology import chain_nodes
@@ -149,3 +150,38 @@ def test_lookup_rate_counts_tried_tokens():
     for _ in range(50):
         rate.observe(5, 2)  # 2 accepted, the third tried and rejected
     assert rate.rate == pytest.approx(2 / 3, abs=0.02)
+
+
+def test_nodes_not_drafted_yet_take_their_depths_rate():
+    parents = [-1, 0, 1, 2]  # a 3-node chain
+    rates = {2: 0.5, 3: 0.25}.get
+    assert node_values([1.0, 0.8, None, None], parents, 1.0, 0.0, rates) == pytest.approx([0.8, 0.4, 0.1])
+    with pytest.raises(ValueError, match="no depth rate"):
+        node_values([1.0, 0.8, None], parents[:3], 1.0, 0.0)
+
+
+def test_plan_deeper_calls_the_next_head_only_where_it_pays():
+    model = cost_model(40.0, 1.0, 4.0)
+    known = [BudgetRequest([0.9], 1), BudgetRequest([0.3], 1), BudgetRequest([0.95, 0.9], 2)]  # the third: copied
+
+    def predicted(rate):
+        return [BudgetRequest([0.9, 0.9 * rate], 2), BudgetRequest([0.3, 0.3 * rate], 2), BudgetRequest([0.95, 0.9], 2)]
+
+    # a sure depth 2 and a cheap head call: the sure request drafts on, the unsure one not even
+    # its first node (the plan would not keep it), the copied one keeps its known nodes
+    assert plan_deeper(known, predicted(0.9), model, 0.0, 0.001) == [2, 1, 2]
+    # the same call, dear: stop here (every request keeps only what is known)
+    assert plan_deeper(known, predicted(0.9), model, 0.0, 0.05) == [1, 1, 2]
+    # an unsure depth 2: its nodes would not pay even with a free call
+    assert plan_deeper(known, predicted(0.05), model, 0.0, 0.0) == [1, 1, 2]
+    assert plan_deeper([], [], model, 0.0, 0.0) == []
+
+
+def test_head_calibration_measures_each_depth():
+    calibration = HeadCalibration(StepBudgetConfig())
+    assert calibration.depth_rate(1) == calibration.depth_rate(2) == 1.0  # not seen: predicted to pay
+    for k in range(400):  # a chain of 2: depth 1 accepted 3 times in 4, depth 2 (when tried) 1 in 3
+        accepted = [0] if k % 4 == 0 else [0, 1, 2] if k % 3 == 0 else [0, 1]
+        calibration.observe([1.0, 0.9, 0.9], [-1, 0, 1], accepted)
+    assert calibration.depth_rate(1) == pytest.approx(0.75, abs=0.03)
+    assert calibration.depth_rate(2) == pytest.approx(1 / 3, abs=0.05)

@@ -164,9 +164,10 @@ class TreeDrafter:
         """`greedy_chains` over steps begun on this drafter."""
         return greedy_chains(steps, depth)
 
-    def draft_trees(self, steps: list["DraftStep"], trees: list, lookups: list, want_probs: bool = False) -> list[Draft]:
+    def draft_trees(self, steps: list["DraftStep"], trees: list, lookups: list, want_probs: bool = False,
+                    limit: "Limit | None" = None) -> list[Draft]:
         """`draft_trees` over steps begun on this drafter."""
-        return draft_trees(steps, trees, lookups, want_probs)
+        return draft_trees(steps, trees, lookups, want_probs, limit)
 
     @torch.no_grad()
     def begin(self, hidden: torch.Tensor, root_token: int | torch.Tensor) -> "DraftStep":
@@ -250,12 +251,13 @@ class DraftStep:
         lookup nodes take `lookup_tokens[depth - 1]`."""
         return draft_trees([self], [buffers], [lookup_tokens], want_probs)[0]
 
-    def _draft_probs(self, buffers) -> torch.Tensor:
-        """float[N, V]: row i = the head distribution node i's token was taken from."""
+    def _draft_probs(self, buffers, num_nodes: int) -> torch.Tensor:
+        """float[num_nodes, V]: row i = the head distribution node i's token was taken from (the
+        tree's first `num_nodes` nodes)."""
         nodes, parents = buffers.nodes, buffers.parent_list
-        probs = torch.zeros(buffers.num_nodes, self.drafter.heads.vocab_size, device=buffers.parents.device)
+        probs = torch.zeros(num_nodes, self.drafter.heads.vocab_size, device=buffers.parents.device)
         cache: dict = {}
-        for i in range(1, buffers.num_nodes):
+        for i in range(1, num_nodes):
             if nodes[i][-1] == LOOKUP:  # a copied token: no head distribution (row stays 0)
                 continue
             key = self._key(nodes[parents[i]])
@@ -319,15 +321,24 @@ def greedy_chains(steps: list[DraftStep], depth: int) -> list[list[float]]:
     return chains
 
 
+Limit = Callable[[int, list[list[float | None]]], list[int]]
+"""`draft_trees`' `limit`: called before head level d >= 2 with each tree's node probabilities
+so far (`Draft.token_probs`; None for a head node not drafted yet), it returns how many nodes of
+each tree (a prefix in node order) to draft at most."""
+
+
 @torch.no_grad()
 def draft_trees(
     steps: list[DraftStep],
     trees: list,
     lookups: list[list[int] | None],
     want_probs: bool = False,
+    limit: Limit | None = None,
 ) -> list[Draft]:
     """Draft `trees[i]` (a `TreeBuffers`) from `steps[i]`, level by level over all steps at
-    once: at depth d, head d runs once for the parents of every step's level-d head nodes."""
+    once: at depth d, head d runs once for the parents of every step's level-d head nodes.
+    With `limit`, a tree is drafted only up to the nodes `limit` allows before each deeper level
+    (a level no tree needs calls no head), and its `Draft` is that prefix of the tree."""
     if not steps:
         return []
     drafter = steps[0].drafter
@@ -347,7 +358,8 @@ def draft_trees(
             )
         plans.append((buffers, buffers.parent_list, lookup_tokens))
     tokens = [[step.root_token] * buffers.num_nodes for step, (buffers, _, _) in zip(steps, plans)]
-    probs = [[1.0] * buffers.num_nodes for buffers, _, _ in plans]
+    probs: list[list[float | None]] = [[1.0] + [None] * (buffers.num_nodes - 1) for buffers, _, _ in plans]
+    caps = [buffers.num_nodes for buffers, _, _ in plans]
     # Copied tokens first (the lookup chain hangs off the root, node j + 1 at depth j + 1), so
     # that a lookup-only tree needs nothing below and head nodes below the chain see its tokens.
     for step, (buffers, _, lookup_tokens), row, row_probs in zip(steps, plans, tokens, probs):
@@ -355,13 +367,15 @@ def draft_trees(
             row[i], row_probs[i] = int(lookup_tokens[j]), LOOKUP_PROB
             step._tokens[buffers.nodes[i]] = row[i]
     for d in range(1, max(buffers.head_depth for buffers, _, _ in plans) + 1):
+        if d > 1 and limit is not None:
+            caps = [min(cap, max(1, n)) for cap, n in zip(caps, limit(d, probs))]
         levels = []
         top_k = 0  # the most children any parent of this level needs
-        for buffers, parents, _ in plans:
+        for (buffers, parents, _), cap in zip(plans, caps):
             if d > buffers.head_depth:
                 levels.append((range(0), []))
                 continue
-            level = range(buffers.level_starts[d], buffers.level_starts[d + 1])
+            level = range(buffers.level_starts[d], min(buffers.level_starts[d + 1], cap))
             nodes = buffers.nodes
             parent_paths = list(dict.fromkeys(nodes[parents[i]] for i in level if nodes[i][-1] != LOOKUP))
             levels.append((level, parent_paths))
@@ -382,9 +396,9 @@ def draft_trees(
                 probs[s][i] = prob
     return [
         Draft(
-            torch.tensor(row, dtype=torch.long, device=buffers.parents.device),
-            step._draft_probs(buffers) if want_probs else None,
-            tuple(p),
+            torch.tensor(row[:cap], dtype=torch.long, device=buffers.parents.device),
+            step._draft_probs(buffers, cap) if want_probs else None,
+            tuple(p[:cap]),
         )
-        for step, (buffers, _, _), row, p in zip(steps, plans, tokens, probs)
+        for step, (buffers, _, _), row, p, cap in zip(steps, plans, tokens, probs, caps)
     ]

@@ -69,7 +69,10 @@ def _counter_family(prometheus: Any) -> dict[str, Any]:
         "lookup_unverified": Counter(
             "entmtp_lookup_unverified", "Prompt-lookup tokens scored against the emitted tokens without being drafted"
         ),
-        "budget_cut_nodes": Counter("entmtp_budget_cut_nodes", "Drafted nodes the step budget did not keep"),
+        "budget_cut_nodes": Counter("entmtp_budget_cut_nodes", "Nodes of the policies' trees the step budget did not keep"),
+        "budget_undrafted_nodes": Counter(
+            "entmtp_budget_undrafted_nodes", "Nodes of the policies' trees the step budget cut before drafting them"
+        ),
         "budget_empty": Counter("entmtp_budget_empty", "Request steps the step budget gave no draft"),
         "gate_skips": Counter("entmtp_gate_skips", "Engine steps that called no head because the heads' drafts did not pay at their batch size"),
         "prefix_gaps": Counter("entmtp_prefix_gaps", "Steps whose accepted positions did not follow a request's prefix-layer cache"),

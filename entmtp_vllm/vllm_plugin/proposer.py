@@ -24,21 +24,11 @@ from typing import Any
 
 import torch
 
-from entmtp_vllm.config import STEP_BUDGET
 from entmtp_vllm.cpu_gemm.vllm_gemm import route_heads
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.lookup import NO_MATCH, LookupMatch, PromptLookup
 from entmtp_vllm.scheduling import RequestSchedule, TreeScheduler
-from entmtp_vllm.step_budget import (
-    BudgetPlan,
-    BudgetRequest,
-    DraftGate,
-    HeadCalibration,
-    LookupRate,
-    node_values,
-    plan_budget,
-)
-from entmtp_vllm.step_cost import StepCostModel
+from entmtp_vllm.step_planner import StepPlanner
 from entmtp_vllm.topology import TreeBuffers, build_tree_buffers
 from entmtp_vllm.tree import Tree
 from entmtp_vllm.vllm_plugin import metrics
@@ -125,13 +115,10 @@ class EntMTPProposer:
         """Set by the EntMTP model runner; without it vLLM would call `propose()` blindly."""
         self.stats = ProposerStats()
         self.budget = self.settings.budget
-        self.cost_model = StepCostModel(self.budget or STEP_BUDGET)
-        self.calibration = HeadCalibration(self.budget or STEP_BUDGET)
-        self.lookup_rate = LookupRate(self.budget or STEP_BUDGET)
-        # Measured drafting time enters the plan (spent) and the gate only with an online budget:
-        # a pinned one plans the same on any machine.
-        self._online = self.budget is not None and self.budget.online
-        self.gate = DraftGate(self.budget) if self._online and self.budget.gate else None
+        self.planner = StepPlanner(self.budget)
+        # the planner's state, by the names the runner's stats and the tests read
+        self.cost_model, self.calibration = self.planner.cost_model, self.planner.calibration
+        self.lookup_rate, self.gate = self.planner.lookup_rate, self.planner.gate
         self._drafting_seconds = 0.0
         """Seconds `propose_trees` took since the last timed step (not part of what the step-cost
         model learns: the plan counts them as spent, the gate weighs them)."""
@@ -277,7 +264,7 @@ class EntMTPProposer:
             return proposals
         # The gate keeps the heads from running where they have not paid lately; prompt-lookup
         # trees (copied tokens, no head call) still draft, and the budget still judges them.
-        heads_pay = self.gate is None or self.gate.drafts(batch_size, self.cost_model)
+        heads_pay = self.planner.heads_pay(batch_size)
         if not heads_pay:
             self._count("gate_skips")
             if self.policy.heads_read:  # the policy itself would call the heads to choose
@@ -300,6 +287,7 @@ class EntMTPProposer:
         # Under the batch fallback a policy that reads the heads does not choose.
         depth = self.policy.heads_read
         asks = fallback_tree is None or not depth
+        self.planner.start_heads()
         chains = self.drafter.greedy_chains(steps, depth) if depth and asks else [[] for _ in live]
         indices = []
         switches = sum(state.policy.switches for state in states)
@@ -321,8 +309,12 @@ class EntMTPProposer:
             )
         # Top-k drafting (and copying) is deterministic: the lossless rule then needs no draft
         # distributions (q is the one-hot on each drafted token).
-        drafts = self.drafter.draft_trees(steps, trees, [m.tokens for m in matches])
-        plan = self._budget(drafts, trees, states, batch_size, spent=time.perf_counter() - started if self._online else 0.0)
+        lookups = [state.lookup for state in states]
+        limit = self.planner.limit(trees, lookups, batch_size, started) if self.budget is not None else None
+        drafts = self.drafter.draft_trees(steps, trees, [m.tokens for m in matches], limit=limit)
+        plan = None
+        if self.budget is not None:
+            plan = self.planner.plan(drafts, trees, lookups, batch_size, time.perf_counter() - started)
         kept = plan.kept if plan is not None else [buffers.num_nodes - 1 for buffers in trees]
         used: dict[int, int] = {}  # bank index: requests that drafted it
         shapes: set[str] = set()
@@ -338,6 +330,7 @@ class EntMTPProposer:
             used[index] = used.get(index, 0) + 1
         if self.budget is not None:
             self._count("budget_cut_nodes", sum(b.num_nodes - 1 for b in trees) - sum(kept))
+            self._count("budget_undrafted_nodes", sum(b.num_nodes - len(d.token_probs) for b, d in zip(trees, drafts)))
             self._count("budget_empty", kept.count(0))
         for index, times in used.items():
             name = self.bank.names[index]
@@ -378,32 +371,13 @@ class EntMTPProposer:
             self.lookup_rate.observe(tried, hits)
             self._count("lookup_unverified", tried)
 
-    def _budget(self, drafts: list, trees: list[TreeBuffers], states: list[RequestSchedule], batch_size: int,
-                spent: float) -> BudgetPlan | None:
-        """The step budget's plan for this step's drafts (None without a budget: every node is
-        kept); `spent`: seconds this step's drafting already took."""
-        if self.budget is None:
-            return None
-        scale, config, prior = self.calibration.scale, self.budget, self.lookup_rate.rate
-        candidates = []
-        for draft, buffers, state in zip(drafts, trees, states):
-            parents = buffers.parent_list
-            rate = state.lookup.token_rate(prior, config.lookup_prior_weight) if buffers.lookup_nodes else 0.0
-            values = node_values(draft.token_probs, parents, scale, rate)
-            candidates.append(BudgetRequest(values, buffers.chain_nodes))
-        # Requests that draft nothing this step (None in) still take a row each.
-        padding = max(0, batch_size - len(candidates))
-        plan = plan_budget(candidates + [BudgetRequest((), 0)] * padding, self.cost_model, spent)
-        return BudgetPlan(plan.kept[: len(candidates)], plan.gain, plan.seconds)
-
     def record_step_time(self, seconds: float, shape: tuple[int, int, int] | None) -> None:
         """A timed engine step; `shape` (requests, rows, tree rows) when it was decode-only,
         which the step-cost model learns from, less the drafting the step did."""
         self._count("steps_timed")
         self._count("step_seconds", seconds)
         drafting, self._drafting_seconds = self._drafting_seconds, 0.0
-        if shape is not None and (self.budget is None or self.budget.online):
-            self.cost_model.observe(*shape, seconds - drafting)
+        if shape is not None and self.planner.observe_step(seconds - drafting, shape):
             if self.cost_model.steps % 64 == 1:
                 for name, value in self.cost_model.as_dict().items():
                     if name.endswith("_ms"):

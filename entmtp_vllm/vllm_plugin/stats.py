@@ -44,7 +44,10 @@ class ProposerStats:
     """Prompt-lookup tokens scored without being drafted, against the tokens their request
     emitted (`lookup.LookupStats.settle`), for the step budget's lookup hit rates."""
     budget_cut_nodes: int = 0
-    """Drafted nodes the step budget did not keep."""
+    """Nodes of the policies' trees the step budget did not keep (drafted or not)."""
+    budget_undrafted_nodes: int = 0
+    """Nodes of the policies' trees the step budget cut before drafting them (a deeper head level
+    that did not pay: `step_budget.plan_deeper`); also counted in `budget_cut_nodes`."""
     budget_empty: int = 0
     """Request steps the step budget gave no draft at all."""
     gate_skips: int = 0
@@ -84,6 +87,7 @@ class ProposerStats:
             "lookup_accepted": self.lookup_accepted,
             "lookup_unverified": self.lookup_unverified,
             "budget_cut_nodes": self.budget_cut_nodes,
+            "budget_undrafted_nodes": self.budget_undrafted_nodes,
             "budget_empty": self.budget_empty,
             "gate_skips": self.gate_skips,
             "prefix_gaps": self.prefix_gaps,

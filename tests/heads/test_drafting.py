@@ -9,7 +9,7 @@ from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.heads import HydraHeads, MedusaHeads, PrefixLayerConfig
 from entmtp_vllm.heads.drafting import LOOKUP_PROB, Draft, TreeDrafter, draft_trees, greedy_chains
 from entmtp_vllm.topology import TopologyBank, build_tree_buffers
-from entmtp_vllm.tree import Tree
+from entmtp_vllm.tree import LOOKUP, Tree
 
 from conftest import HIDDEN, VOCAB, randomize
 
@@ -252,3 +252,48 @@ def test_batched_drafting_equals_one_sequence_at_a_time(base_weights) -> None:
     lookup_nodes = list(trees[2].lookup_nodes)
     assert [drafts[2].token_probs[i] for i in lookup_nodes] == [LOOKUP_PROB, LOOKUP_PROB]
     assert [int(drafts[2].tokens[i]) for i in lookup_nodes] == [17, 18]
+
+
+def test_a_limit_drafts_a_prefix_and_calls_no_head_for_a_level_no_tree_needs(base_weights) -> None:
+    """`draft_trees(limit=)`: before each deeper level the limit sees what is drafted so far (None
+    for the head nodes still to draft) and caps each tree to a prefix in node order; the drafts
+    are those prefixes of the unlimited drafts, and a level no tree reaches calls no head."""
+    embed, lm_head = base_weights
+    heads = hydra()
+    bank = TopologyBank([Tree.from_choices([[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]]), Tree.from_spec("chain:3"),
+                         Tree.from_spec("lookup:2+chain:2")], ["a", "b", "c"])
+    trees = [bank.buffers(0), bank.buffers(1), bank.buffers(2, lookup_length=2)]
+    lookups = [None, None, [17, 18]]
+    gen = torch.Generator().manual_seed(5)
+    hiddens = [torch.randn(HIDDEN, generator=gen) for _ in trees]
+    drafter = TreeDrafter(heads, embed, lm_head)
+    full = draft_trees([drafter.begin(h, 4) for h in hiddens], trees, lookups)
+    seen = []
+
+    def limit(depth, probs):
+        seen.append((depth, [list(p) for p in probs]))
+        return [4, 2, 99] if depth == 2 else [4, 2, 3]  # tree a: 3 nodes; b: its first node; c: its lookup chain
+
+    counter = Counter(heads)
+    limited = draft_trees([drafter.begin(h, 4) for h in hiddens], trees, lookups, limit=limit)
+    assert [len(d.tokens) for d in limited] == [4, 2, 3]
+    for one, cut in zip(full, limited):
+        n = len(cut.tokens)
+        assert cut.tokens.tolist() == one.tokens[:n].tolist()
+        assert cut.token_probs == pytest.approx(one.token_probs[:n], abs=1e-6)
+    assert [depth for depth, _ in seen] == [2, 3]
+    for buffers, one, probs in zip(trees, full, seen[0][1]):  # before head 2
+        for node, p, drafted in zip(buffers.nodes, probs, one.token_probs):
+            if node and node[-1] != LOOKUP and len(node) >= 2:
+                assert p is None  # a head node not drafted yet
+            else:  # the root, copied lookup nodes, depth-1 head nodes
+                assert p == pytest.approx(drafted, abs=1e-6)
+    # head 1: trees a, b, c; head 2: a's node [0] and c's head node; head 3 never (tree a is cut to
+    # depth 1, b to its first node, c is 2 deep)
+    assert counter.calls == {1: 1, 2: 1} and counter.rows == {1: 3, 2: 2}
+    # depth 1 only: one head call; the draft distributions come along for the kept nodes
+    counter.calls.clear()
+    shallow = draft_trees([drafter.begin(h, 4) for h in hiddens], trees, lookups, limit=lambda d, p: [3, 2, 3],
+                          want_probs=True)
+    assert counter.calls == {1: 1}
+    assert [len(d.tokens) for d in shallow] == [d.draft_probs.shape[0] for d in shallow] == [3, 2, 3]

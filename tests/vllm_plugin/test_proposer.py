@@ -74,7 +74,8 @@ def test_hysteresis_switches_and_mixes_trees_in_one_batch(tmp_path):
     bank.write_text('{"small": [[0]], "wide": [[0], [1], [0, 0]]}')
     proposer = _proposer(
         {"bank": str(bank), "policy": {"kind": "hysteresis", "conservative": "small", "aggressive": "wide",
-                                       "tau_on": 0.8, "tau_off": 0.4}}
+                                       "tau_on": 0.8, "tau_off": 0.4},
+         "budget": {"online": False}}  # the plan must not depend on how long this machine takes to draft
     )
     # s >= p0: a confident request goes wide, an unsure one stays small, in the same step.
     drafts = _drafts(proposer.propose_trees([_request("sure", p0=0.95), _request("unsure", p0=0.1)], batch_size=2))
@@ -272,6 +273,30 @@ def test_step_budget_cuts_trees_to_a_prefix_in_node_order():
         assert buffers.nodes == full.nodes[: n + 1]  # a prefix in node order is a subtree
         assert len(proposal.token_probs) == n + 1
     assert proposer.stats.budget_cut_nodes > 0
+
+
+def test_a_deeper_head_runs_only_where_its_depth_has_paid(tmp_path, head_calls):
+    """Depth by depth: before each deeper head level the budget values the nodes still to draft
+    at their depth's measured acceptance rate; once depth 2 is never accepted, a step calls head 1
+    alone and drafts depth 1 (the nodes it skipped are counted as cut before drafting)."""
+    bank = tmp_path / "bank.json"
+    bank.write_text('{"chain": [[0], [0, 0], [0, 0, 0]]}')
+    proposer = _proposer({"bank": str(bank), "budget": {**_budget(100.0, 5.0), "online": False}}, spread=2.0)
+    requests = lambda: [_request(str(i)) for i in range(2)]  # noqa: E731
+    calls = head_calls(HydraHeads)
+    torch.manual_seed(2)
+    first = proposer.propose_trees(requests(), batch_size=2)
+    assert sorted(set(calls)) == [1, 2, 3] and all(len(p.drafts) == 3 for p in first)  # nothing measured yet
+    assert proposer.stats.budget_undrafted_nodes == 0
+    for _ in range(300):  # verified chains: depth 1 accepted, depth 2 rejected
+        proposer.record_accepted((1.0, 0.9, 0.9, 0.9), [-1, 0, 1, 2], [0, 1])
+    assert proposer.calibration.depth_rate(2) < 0.1
+    calls.clear()
+    torch.manual_seed(2)
+    second = proposer.propose_trees(requests(), batch_size=2)
+    assert calls == [1]  # head 2 did not pay: not called
+    assert [p.drafts for p in second] == [p.drafts[:1] for p in first]
+    assert proposer.stats.budget_undrafted_nodes == 4 and proposer.stats.budget_cut_nodes == 4
 
 
 def test_measured_steps_move_the_cost_model():
