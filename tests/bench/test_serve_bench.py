@@ -203,6 +203,10 @@ def test_compare_table_ratios_against_no_speculation():
     assert by[4, "entmtp"]["tps_ratio"] == pytest.approx(0.8)
     assert by[4, "entmtp"]["tpot_ratio"] == pytest.approx(150 / 130)
     assert by[4, "entmtp"]["mean_acceptance_length"] == 1.5 and by[4, "entmtp"]["failed"] == 1
+    assert by[1, "vllm"]["client_cpu_share"] is None  # not measured: no share
+    runs = _runs()
+    runs["vllm"]["levels"][0].update(client_cpu_s=3.0, wall_s=12.0)
+    assert bench.compare_table(runs)[0]["client_cpu_share"] == pytest.approx(0.25)
 
 
 def test_compare_table_without_baseline_has_no_ratios():
@@ -219,7 +223,7 @@ def test_compare_and_serve_reports(tmp_path):
         "runs": _runs(), "table": bench.compare_table(_runs()),
     }
     text = bench.compare_markdown(results)
-    assert "| 1 | ngram | 15.00 | 1.500 | 80.0 | 0.800 | 40.0 | 2.000 | – | 4 | 0 |" in text
+    assert "| 1 | ngram | 15.00 | 1.500 | 80.0 | 0.800 | 40.0 | 2.000 | – | – | 4 | 0 |" in text
     assert "--dtype float32" in text
     assert "Warning" not in text
     slow = {**results, "runs": _runs()}

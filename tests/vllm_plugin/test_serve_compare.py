@@ -45,6 +45,7 @@ def test_servers_measured_one_after_the_other(tmp_path):
         (level,) = run["levels"]
         assert (level["completed"], level["failed"]) == (2, 0), level["errors"]
         assert level["output_tokens"] > 0 and "turns" not in level
+        assert 0 < level["client_cpu_s"]  # this process's CPU over the level: the client at work
         drafts = (level["acceptance"] or {}).get("num_drafts") or 0
         assert drafts > 0 if method == "entmtp" else drafts == 0
         assert run["log"].endswith(f"server-{method}.log") and os.path.getsize(run["log"]) > 0
@@ -92,6 +93,7 @@ def test_interleaved_rounds_with_this_client(tmp_path, capsys):
                 # every prompt of the level once, whatever turn it was in
                 assert (level["completed"], level["failed"]) == (3, 0), level["errors"]
                 assert level["output_tokens"] > 0 and level["tokens_counted_from"] == "usage"
+                assert 0 < level["client_cpu_s"] < 2 * level["wall_s"] + 1
                 drafts = (level["acceptance"] or {}).get("num_drafts") or 0
                 # each server's counters cover its own turns only (the other's turns leave them be)
                 assert drafts > 0 if method == "entmtp" else drafts == 0
@@ -110,6 +112,9 @@ def test_interleaved_with_vllms_own_client(tmp_path):
         turns = [json.loads((out / f"vllm-bench-r1-c2-t{t}-{method}.json").read_text()) for t in (1, 2)]
         assert level["output_tokens"] == sum(turn["total_output_tokens"] for turn in turns)
         assert level["wall_s"] == pytest.approx(sum(turn["duration"] for turn in turns))
+        assert level["client_cpu_s"] > 0  # vLLM's benchmark process timed its own CPU over the two turns
+    assert all(row["client_cpu_share"] > 0 for row in results["table"])
+    assert "client CPU" in (out / "compare.md").read_text()
     _no_server_left(results)
 
 

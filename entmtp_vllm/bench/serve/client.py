@@ -240,7 +240,7 @@ async def _bench_async(config: ServeBenchConfig, prompts: list[str], progress: b
         levels = []
         for concurrency in config.concurrency:
             before = await level_metrics(http, config)
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             window_read = asyncio.Event() if config.duration else None
             level = asyncio.create_task(run_level(
                 client, config, model, prompts, concurrency, progress,
@@ -256,8 +256,10 @@ async def _bench_async(config: ServeBenchConfig, prompts: list[str], progress: b
                     window_read.set()
                 window = window_throughput(before, at_deadline, sent - started, time.perf_counter() - started)
             results, wall = await level
+            cpu = time.process_time() - cpu  # this process: the client, and the window's reads
             after = await level_metrics(http, config)
             levels.append(summarize_level(results, wall, concurrency, level_acceptance(before, after), window))
+            levels[-1]["client_cpu_s"] = cpu
     return {"model": model, "levels": levels}
 
 

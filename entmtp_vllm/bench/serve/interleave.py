@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,7 @@ def _round(config: CompareConfig, servers: list[_Server], prompts: list[str], ou
         before = {server.method: asyncio.run(_metrics(server.config)) for server in servers}
         records: dict[str, list[RequestResult]] = {server.method: [] for server in servers}
         walls = dict.fromkeys(records, 0.0)
+        cpu = dict.fromkeys(records, 0.0)  # the client's CPU seconds
         for turn_index, chunk in enumerate(chunks):
             order = turn_order(list(config.methods), round_index, turn_index)
             log(f"round {round_index + 1}/{config.rounds}, concurrency {concurrency}, turn {turn_index + 1}/{len(chunks)}: "
@@ -125,16 +127,20 @@ def _round(config: CompareConfig, servers: list[_Server], prompts: list[str], ou
                 server = by_method[method]
                 tag = f"r{round_index + 1}-c{concurrency}-t{turn_index + 1}-{method}"
                 if runner is not None:
-                    done, wall = _vllm_turn(config, runner, server, chunk, concurrency, out, tag)
+                    done, wall, seconds = _vllm_turn(config, runner, server, chunk, concurrency, out, tag)
                 else:
+                    started = time.process_time()
                     done, wall = asyncio.run(_entmtp_turn(server, chunk, concurrency, progress, tag))
+                    seconds = time.process_time() - started
                 records[method] += done
                 walls[method] += wall
+                cpu[method] += seconds
         for server in servers:
             after = asyncio.run(_metrics(server.config))
             level = summarize_level(records[server.method], walls[server.method], concurrency,
                                     acceptance_delta(before[server.method], after))
             level["turns"] = len(chunks)
+            level["client_cpu_s"] = cpu[server.method]
             if config.client == "vllm":
                 level["tokens_counted_from"] = "vllm bench serve"
             levels[server.method].append(level)
@@ -162,16 +168,17 @@ async def _entmtp_turn(server: _Server, chunk: list[str], concurrency: int, prog
 
 
 def _vllm_turn(config: CompareConfig, runner: VllmBenchProcess, server: _Server, chunk: list[str], concurrency: int,
-               out: Path, tag: str) -> tuple[list[RequestResult], float]:
-    """One turn by `vllm bench serve` (`--save-detailed`, so every request's record comes back)."""
+               out: Path, tag: str) -> tuple[list[RequestResult], float, float]:
+    """One turn by `vllm bench serve` (`--save-detailed`, so every request's record comes back):
+    its records, its duration and the client's CPU seconds."""
     prompts_path = write_prompts(chunk, out / f"prompts-{tag}.jsonl")
     name = f"vllm-bench-{tag}.json"
     command = vllm_command(config, server.config.base_url, server.model, prompts_path, len(chunk), concurrency, out, name)
-    runner.run(command[3:] + ["--save-detailed"], out / f"vllm-bench-{tag}.log")  # the arguments after `vllm bench serve`
+    cpu = runner.run(command[3:] + ["--save-detailed"], out / f"vllm-bench-{tag}.log")  # the arguments after `vllm bench serve`
     if not (out / name).is_file():
         raise EntMTPError(f"vllm bench serve against {server.config.base_url} wrote no {out / name}")
     prompts_path.unlink()
-    return records_from_vllm(json.loads((out / name).read_text()))
+    return *records_from_vllm(json.loads((out / name).read_text())), cpu
 
 
 def records_from_vllm(result: dict[str, Any]) -> tuple[list[RequestResult], float]:

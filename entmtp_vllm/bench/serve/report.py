@@ -215,7 +215,8 @@ def compare_markdown(results: dict[str, Any]) -> str:
         f"server args `{shlex.join(cfg['server_args']) or '(none)'}`; {results['date']}",
         "",
         f"Ratios are against `{BASELINE}` (no speculation) at the same concurrency: tok/s ratio > 1 and TPOT ratio < 1 "
-        "are better.",
+        "are better. Client CPU: the load generator's own CPU time over the level's wall time (100% = one core busy "
+        "throughout), on the machine the servers run on when they share it.",
         "",
     ]
     if cfg.get("interleave"):
@@ -234,16 +235,16 @@ def compare_markdown(results: dict[str, Any]) -> str:
     lines += [""] if variants else []
     lines += [
         "| concurrency | method | output tok/s | tok/s ratio | TPOT p50 (ms) | TPOT ratio | TTFT p50 (ms) | τ | "
-        "EntMTP's share of step time | ok | failed |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "EntMTP's share of step time | client CPU | ok | failed |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in results["table"]:
-        share = row.get("overhead_share")
+        share, client = row.get("overhead_share"), row.get("client_cpu_share")
         lines.append(
             f"| {row['concurrency']} | {row['method']} | {row['output_tokens_per_s']:.2f} | {_fmt(row['tps_ratio'], 3)} | "
             f"{_fmt(row['tpot_p50_ms'])} | {_fmt(row['tpot_ratio'], 3)} | {_fmt(row['ttft_p50_ms'])} | "
             f"{_fmt(row['mean_acceptance_length'], 3)} | {'–' if share is None else f'{100 * share:.1f}%'} | "
-            f"{row['completed']} | {row['failed']} |"
+            f"{'–' if client is None else f'{100 * client:.0f}%'} | {row['completed']} | {row['failed']} |"
         )
     lines += _rounds_markdown(results)
     rounds = results.get("rounds") or [{"runs": results["runs"]}]

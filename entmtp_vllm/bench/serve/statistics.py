@@ -140,11 +140,19 @@ def compare_table(runs: dict[str, dict[str, Any]], baseline: str = BASELINE) -> 
                     "ttft_p50_ms": _stat(level["ttft_ms"], "p50"),
                     "mean_acceptance_length": acc.get("mean_acceptance_length"),
                     "overhead_share": (acc.get("overhead") or {}).get("share"),
+                    "client_cpu_share": _client_cpu_share(level),
                     "completed": level["completed"],
                     "failed": level["failed"],
                 }
             )
     return rows
+
+
+def _client_cpu_share(level: dict[str, Any]) -> float | None:
+    """The load generator's CPU seconds over the level's wall seconds (1.0: one core busy the
+    whole level); None when the level did not measure it."""
+    cpu, wall = level.get("client_cpu_s"), level.get("wall_s")
+    return cpu / wall if cpu is not None and wall else None
 
 
 def median_runs(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:

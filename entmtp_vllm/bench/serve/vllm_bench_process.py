@@ -5,8 +5,9 @@ comparison (`interleave.py`) runs it once per turn and server, dozens of times. 
 imports vLLM's benchmark once and runs each request through the same code the command runs
 (`vllm.benchmarks.serve.add_cli_args` to parse, `main` to run), so the numbers are still vLLM's
 client's. Protocol: one JSON line in (`{"argv": [...], "log": path}`, the arguments after
-`vllm bench serve`), one JSON line out (`{"ok": true}` or `{"ok": false, "error": ...}`); each
-run's printed output goes to its log file.
+`vllm bench serve`), one JSON line out (`{"ok": true, "cpu_s": seconds}` or `{"ok": false,
+"error": ...}`; `cpu_s`: the CPU time, user + system, every thread, the run took in this
+process); each run's printed output goes to its log file.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ class VllmBenchProcess:
             stdout=subprocess.PIPE, stderr=self._log, text=True,
         )
 
-    def run(self, argv: list[str], log_path: Path) -> None:
-        """`vllm bench serve ARGV`, its printed output in `log_path`; an `EntMTPError` if it fails."""
+    def run(self, argv: list[str], log_path: Path) -> float:
+        """`vllm bench serve ARGV`, its printed output in `log_path`; the CPU seconds the client
+        took for it; an `EntMTPError` if it fails."""
         self.process.stdin.write(json.dumps({"argv": argv, "log": str(log_path)}) + "\n")
         self.process.stdin.flush()
         line = self.process.stdout.readline()
@@ -41,6 +43,7 @@ class VllmBenchProcess:
         answer = json.loads(line)
         if not answer["ok"]:
             raise EntMTPError(f"vllm bench serve {' '.join(argv[:4])} ... failed: {answer['error']} (output: {log_path})")
+        return float(answer["cpu_s"])
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -62,6 +65,7 @@ class VllmBenchProcess:
 def serve_requests() -> None:
     """The process's side: read requests from stdin until it closes, answer each on stdout."""
     import contextlib
+    import time
     import traceback
 
     from vllm.benchmarks.serve import add_cli_args, main
@@ -74,8 +78,9 @@ def serve_requests() -> None:
         request = json.loads(line)
         with open(request["log"], "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
             try:
+                started = time.process_time()
                 main(parser.parse_args(request["argv"]))
-                answer = {"ok": True}
+                answer = {"ok": True, "cpu_s": time.process_time() - started}
             except (Exception, SystemExit) as exc:  # noqa: BLE001 - reported to the caller
                 traceback.print_exc()
                 said = " ".join(str(exc).split())  # one line, however the exception wrote it

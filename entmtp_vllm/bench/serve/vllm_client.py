@@ -16,6 +16,7 @@ same whichever client ran.
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -95,7 +96,9 @@ def vllm_levels(config: CompareConfig, base_url: str, model: str, prompts: list[
         command = vllm_command(config, base_url, model, prompts_path, len(prompts), concurrency, out, name)
         before = _metrics(base_url)
         log(f"[{label}] vllm bench serve, concurrency {concurrency}")
+        cpu = _children_cpu()
         done = subprocess.run(command, capture_output=True, text=True)
+        cpu = _children_cpu() - cpu
         (out / f"{name.removesuffix('.json')}.log").write_text(done.stdout + done.stderr)
         if done.returncode != 0 or not (out / name).is_file():
             tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
@@ -103,7 +106,14 @@ def vllm_levels(config: CompareConfig, base_url: str, model: str, prompts: list[
         after = _metrics(base_url)
         result = json.loads((out / name).read_text())
         levels.append(level_from_result(result, concurrency, acceptance_delta(before, after)))
+        levels[-1]["client_cpu_s"] = cpu  # vLLM's whole command, its ~15 s of imports included
     return levels
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of this process's finished children."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _metrics(base_url: str):
