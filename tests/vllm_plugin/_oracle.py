@@ -64,7 +64,9 @@ class _OracleDrafter:
     def greedy_chains(self, steps, depth: int) -> list[list[float]]:
         return [step.greedy_chain(depth) for step in steps]
 
-    def draft_trees(self, steps, trees, lookups, want_probs: bool = False) -> list[_Draft]:
+    def draft_trees(self, steps, trees, lookups, want_probs: bool = False, limit=None) -> list[_Draft]:
+        # Whole trees whatever the step budget's limit (a limit only saves head calls, and these
+        # drafts call none); the budget then keeps of them what it plans.
         return [step.draft(tree, lookup, want_probs) for step, tree, lookup in zip(steps, trees, lookups)]
 
 
