@@ -92,9 +92,11 @@ class StepPlanner:
                 self.level_seconds = level if known is None else known + (level - known) / LEVEL_MEMORY
             drafted, predicted = [], []
             for token_probs, buffers, lookup in zip(probs, trees, lookups):
-                first = next((i for i, p in enumerate(token_probs) if p is None), len(token_probs))
-                drafted.append(self.candidate(token_probs[:first], buffers, lookup))
-                predicted.append(self.candidate(token_probs, buffers, lookup))
+                whole = self.candidate(token_probs, buffers, lookup)
+                # the nodes before the first one not drafted yet: their values do not depend on it
+                known = next((i for i, p in enumerate(token_probs) if p is None), len(token_probs)) - 1
+                drafted.append(BudgetRequest(whole.values[:known], min(whole.chain_nodes, known)))
+                predicted.append(whole)
             head_seconds = (deepest - depth + 1) * self.level_seconds if self.online else 0.0
             spent = now - started if self.online else 0.0
             kept = plan_deeper(_padded(drafted, batch_size), _padded(predicted, batch_size), self.cost_model, spent,
