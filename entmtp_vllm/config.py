@@ -27,9 +27,11 @@ thresholds were picked on SmolLM2."""
 DEFAULT_VLLM_BANK = str(BANKS_DIR / "smollm2-135m-vllm-cpu.json")
 """The vLLM plugin's default bank (`entmtp serve`, the plugin's `bank` setting): the same two
 chains re-ranked by throughput on vLLM (a bank is chosen on its target engine), where a
-verified row costs less next to a step's fixed cost: the lookup chain on any match, else Hydra
-heads 1-2. Measured in the file's metadata (about +10% tok/s over `DEFAULT_BANK` in vLLM); re-searched
-for the 4-layer heads against the tree search's frontier trees, which did not beat it served
+verified row costs less next to a step's fixed cost: the lookup chain on a match of 2 or more
+tokens (since 2026-12-05; before, any match: a one-token match's copied token was accepted 29% of
+the time against the heads' 55%, docs/results/serving/epyc_lookup_match), else Hydra heads 1-2.
+Measured in the file's metadata (about +10% tok/s over `DEFAULT_BANK` in vLLM); re-searched for
+the 4-layer heads against the tree search's frontier trees, which did not beat it served
 (docs/search/vllm_default)."""
 
 CPU_IN_PROCESS = True
