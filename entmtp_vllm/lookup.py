@@ -69,6 +69,16 @@ class LookupMatch:
 NO_MATCH = LookupMatch([], 0, -1)
 
 
+def _rfind_aligned(data: bytes, needle: bytes, end: int, unit: int) -> int:
+    """Byte offset of the last occurrence of `needle` in `data[:end]` that starts on a token
+    boundary (a multiple of `unit`), or -1."""
+    while True:
+        found = data.rfind(needle, 0, end)
+        if found < 0 or found % unit == 0:
+            return found
+        end = found + len(needle) - 1  # an occurrence across token boundaries: look before it
+
+
 class PromptLookup:
     """Finds the longest recent suffix match in a context and proposes what followed it."""
 
@@ -81,27 +91,26 @@ class PromptLookup:
             raise EntMTPError(f"lookup: max_tokens must be >= 0, got {max_tokens}")
         if max_tokens == 0:
             return NO_MATCH
-        seq = np.asarray(context)[-self.config.window :]
+        seq = np.ascontiguousarray(np.asarray(context)[-self.config.window :])
         n_total = seq.shape[0]
         if n_total < 2:
             return NO_MATCH
         offset = len(context) - n_total
-        # Every earlier position holding the last token ends a match of length >= 1; keep, one
-        # length at a time, those whose match extends one token further back (one pass over the
-        # context, not one per n-gram size). What is left when none extends has the longest match.
-        ends = np.flatnonzero(seq[: n_total - 1] == seq[-1])
-        if ends.size == 0:
-            return NO_MATCH
-        best = 1
-        for k in range(1, min(self.config.max_ngram, n_total - 1)):
-            longer = ends[ends >= k]
-            longer = longer[seq[longer - k] == seq[n_total - 1 - k]]
-            if longer.size == 0:
+        # The context's bytes searched for its last n tokens, n = 1, 2, ...: the most recent
+        # occurrence of each suffix before the context's last token (`bytes.rfind`, one C search a
+        # length instead of several array passes); the first n with none ends the search, and the
+        # longest suffix found, at its most recent place, is the match.
+        data, unit = seq.tobytes(), seq.itemsize
+        before_last = len(data) - unit
+        best, end = 0, -1
+        for n in range(1, min(self.config.max_ngram, n_total - 1) + 1):
+            found = _rfind_aligned(data, data[len(data) - n * unit :], before_last, unit)
+            if found < 0:
                 break
-            ends, best = longer, k + 1
+            best, end = n, found // unit + n - 1  # index of the match's last token
         if best < self.config.min_ngram:
             return NO_MATCH
-        start = int(ends[-1]) + 1  # the most recent longest match
+        start = end + 1  # what followed the most recent longest match
         tokens = seq[start : start + max_tokens].tolist()
         while len(tokens) < max_tokens:  # past the end: the loop repeats (period n_total - start)
             tokens.append(tokens[len(tokens) - (n_total - start)])

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from entmtp_vllm.errors import EntMTPError
-from entmtp_vllm.lookup import LookupConfig, LookupMatch, LookupStats, PromptLookup
+from entmtp_vllm.lookup import NO_MATCH, LookupConfig, LookupMatch, LookupStats, PromptLookup
 
 LOOKUP = PromptLookup(LookupConfig(min_ngram=1, max_ngram=4))
 
@@ -56,6 +56,17 @@ def test_window_limits_the_search_but_positions_stay_absolute() -> None:
     assert windowed.propose([1, 2, 3, 9, 9, 9, 1, 2], 1).tokens == []  # the old "1 2" is outside
     found = windowed.propose([0, 0, 0, 5, 6, 5], 1)
     assert found.tokens == [6] and found.position == 4
+
+
+def test_a_suffix_found_across_token_boundaries_is_not_a_match() -> None:
+    """The search runs over the context's bytes: an occurrence of the last token's bytes that
+    straddles two tokens is skipped, an aligned one before it still found."""
+    straddle = [0x02010000, 0x00000403]  # little endian: 00 00 01 02 | 03 04 00 00
+    last = 0x04030201  # bytes 01 02 03 04: inside the pair above, on no token boundary
+    for dtype in (np.int32, np.int64):
+        assert LOOKUP.propose(np.asarray(straddle + [last], dtype=dtype), 2) == NO_MATCH
+        found = LOOKUP.propose(np.asarray([last, 9] + straddle + [last], dtype=dtype), 2)
+        assert (found.tokens, found.match_length, found.position) == ([9, straddle[0]], 1, 1)
 
 
 @given(st.lists(st.integers(0, 3), min_size=2, max_size=40), st.integers(1, 6))

@@ -63,6 +63,34 @@ def test_greedy_tokens_by_blocks_equal_argmax(dtype: torch.dtype, vocab: int) ->
         assert torch.equal(greedy_tokens(coarse), coarse.argmax(dim=-1))
 
 
+def test_greedy_tokens_of_bfloat16_rows_equal_argmax() -> None:
+    """bfloat16 rows of a verification step's width: ties across blocks, +inf, rows with no logit
+    above zero (all negative, zeros of both signs, -inf), and NaNs of either sign (set by their
+    bits: torch makes every NaN it converts to bfloat16 positive) with a larger payload after the
+    first (the first NaN wins)."""
+    generator = torch.Generator().manual_seed(2)
+    logits = (torch.randn(8, 49152, generator=generator) * 3 + 1).to(torch.bfloat16)
+    top = logits.max() + 1
+    logits[0, 700] = logits[0, 40000] = top  # tied across blocks: the lower index
+    logits[1] = -logits[1].abs() - 0.5  # all negative
+    logits[2] = 0.0
+    logits[2, :100] = -0.0  # -0.0 first: it ties +0.0, so argmax takes it
+    logits[3] = float("-inf")
+    logits[3, 30000] = -1.0
+    logits[4, 123] = float("inf")
+    logits[5] = -logits[5].abs()
+    logits[5, 9] = 0.0
+    assert torch.equal(greedy_tokens(logits), logits.argmax(dim=-1))
+    for first, second in ((0x7FC0, 0x7FC1), (-64, -64)):  # bits: NaNs with a sign of 0 and of 1
+        poisoned = logits.clone()
+        poisoned.view(torch.int16)[6, 20000] = first
+        poisoned.view(torch.int16)[6, 30000] = second  # a larger payload after it: still the first
+        assert poisoned[6, 20000].isnan() and poisoned[6, 30000].isnan()
+        assert torch.equal(greedy_tokens(poisoned), poisoned.argmax(dim=-1))
+        assert int(greedy_tokens(poisoned)[6]) == 20000
+    assert torch.equal(greedy_tokens(logits[1:2]), logits[1:2].argmax(dim=-1))
+
+
 def test_temperature_scales_logits() -> None:
     params = SamplingParams(temperature=0.5)
     assert torch.allclose(processed_probs(LOGITS, params), (LOGITS / 0.5).softmax(-1))

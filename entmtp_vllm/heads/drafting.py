@@ -169,14 +169,17 @@ class TreeDrafter:
         """`draft_trees` over steps begun on this drafter."""
         return draft_trees(steps, trees, lookups, want_probs, limit)
 
-    @torch.no_grad()
     def begin(self, hidden: torch.Tensor, root_token: int | torch.Tensor) -> "DraftStep":
-        """Start a drafting step from the base model's last hidden state and the root token."""
-        hidden = hidden.reshape(-1)[-self.heads.hidden_size :].to(self.device, self.dtype)
+        """Start a drafting step from the base model's last hidden state and the root token.
+        (No grad-mode decorator: a vLLM step begins one per request, and without a prefix layer
+        nothing here computes.)"""
+        hidden = hidden.detach().reshape(-1)[-self.heads.hidden_size :].to(self.device, self.dtype)
         if self.prefix_cache is not None:
             if self.prefix_cache.last_output is None:
                 # nothing observed yet: treat `hidden` as the first position
-                self.heads.prefix(hidden[None], torch.zeros(1, dtype=torch.long, device=self.device), cache=self.prefix_cache)
+                with torch.no_grad():
+                    self.heads.prefix(hidden[None], torch.zeros(1, dtype=torch.long, device=self.device),
+                                      cache=self.prefix_cache)
             hidden = self.prefix_cache.last_output.to(self.dtype)
         return DraftStep(self, hidden, int(root_token))
 

@@ -281,7 +281,7 @@ class EntMTPProposer:
             self.scheduler.observe(state, requests[i].accept_length)
             self._score_undrafted(state, requests[i].context)
         all_live, all_states, all_found = live, states, found
-        steps = [self._drafter_of(requests[i]).begin(requests[i].hidden.to(self.device), requests[i].root) for i in live]
+        steps = [self._drafter_of(requests[i]).begin(requests[i].hidden, requests[i].root) for i in live]
         # The heads' top-1 chain only as deep as the policy reads it (head_top1_1: head 1, whose
         # output the draft reuses); the path value max(p0, p0·p1, …) equals p0 (every p <= 1).
         # Under the batch fallback a policy that reads the heads does not choose.

@@ -4,6 +4,7 @@ parameters map to the core's (`core_params`) or fall outside the tree path (`uns
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,13 +61,20 @@ class StepPlan:
 
 
 def core_params(sampling_params) -> SamplingParams:
-    """vLLM's per-request sampling parameters as the core's (temperature, top-k, top-p)."""
+    """vLLM's per-request sampling parameters as the core's (temperature, top-k, top-p); one
+    shared (frozen) value per setting, since every request is read every step."""
     if sampling_params is None or sampling_params.temperature < _SAMPLING_EPS:
-        return SamplingParams()
+        return _GREEDY
     top_k = sampling_params.top_k if sampling_params.top_k and sampling_params.top_k > 0 else 0
-    return SamplingParams(
-        temperature=float(sampling_params.temperature), top_k=int(top_k), top_p=float(sampling_params.top_p)
-    )
+    return _sampled(float(sampling_params.temperature), int(top_k), float(sampling_params.top_p))
+
+
+_GREEDY = SamplingParams()
+
+
+@functools.lru_cache(maxsize=256)
+def _sampled(temperature: float, top_k: int, top_p: float) -> SamplingParams:
+    return SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
 
 
 def unsupported(sampling_params) -> list[str]:

@@ -332,9 +332,7 @@ class TreeRunnerMixin:
         for i in range(plan.num_reqs):
             hi = ends[i]
             lo = hi - num_drafts[i] - 1
-            rows = logits[lo:hi]
             params = plan.params[i]
-            generator = self.requests[req_ids[i]].generator
             tree = plan.trees[i]
             if tree is None:
                 accepted = [0]
@@ -343,25 +341,30 @@ class TreeRunnerMixin:
             else:
                 # Host sync (GPU): the acceptance rule reads this request's rows on the host.
                 tokens = tree.tokens.tolist()
+                buffers = tree.buffers
                 if params.greedy:
-                    result = accept_greedy_host(tree.buffers, tokens, targets[lo:hi])
+                    result = accept_greedy_host(buffers, tokens, targets[lo:hi])
                 elif i in sampled:
                     result = sampled[i]
                 else:
-                    result = accept(mode, tree.buffers, tree.tokens, rows, params=params, typical=typical,
-                                    generator=generator)
+                    result = accept(mode, buffers, tree.tokens, logits[lo:hi], params=params, typical=typical,
+                                    generator=self.requests[req_ids[i]].generator)
                 accepted = result.accepted
                 emitted = result.emitted(tokens)
                 accept_lengths.append(len(emitted))
-                moved = sum(node != j for j, node in enumerate(accepted))  # never in a chain
-                drafter.record_accepted(tree.token_probs, tree.buffers.parent_list, accepted)
+                moved = 0 if tree.chain else sum(node != j for j, node in enumerate(accepted))  # a chain keeps its rows
+                drafter.record_accepted(tree.token_probs, buffers.parent_list, accepted)
+                lookup_nodes = buffers.lookup_nodes
                 lookup_hits = 0
-                if tree.buffers.lookup_nodes:
-                    lookup_hits = len(set(tree.buffers.lookup_nodes).intersection(accepted))
-                    drafter.record_lookup(req_ids[i], len(tree.buffers.lookup_nodes), lookup_hits)
-                for k, value in enumerate((1, tree.buffers.num_nodes - 1, len(accepted) - 1, moved,
-                                           len(tree.buffers.lookup_nodes), lookup_hits)):
-                    verified[k] += value
+                if lookup_nodes:
+                    lookup_hits = len(set(lookup_nodes).intersection(accepted))
+                    drafter.record_lookup(req_ids[i], len(lookup_nodes), lookup_hits)
+                verified[0] += 1
+                verified[1] += buffers.num_nodes - 1
+                verified[2] += len(accepted) - 1
+                verified[3] += moved
+                verified[4] += len(lookup_nodes)
+                verified[5] += lookup_hits
                 if moved:
                     paths[i] = accepted
             emitted_rows.append(emitted)
