@@ -35,6 +35,7 @@ runs these rules step after step.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -109,7 +110,10 @@ class BudgetPlan:
 
 def plan_budget(requests: Sequence[BudgetRequest], cost: StepCostModel, spent: float = 0.0) -> BudgetPlan:
     """Draft nodes kept per request; see the module doc. `spent`: seconds the step already took
-    that no choice here changes (the drafting), part of the step's cost the plan divides by."""
+    that no choice here changes (the drafting), part of the step's cost the plan divides by.
+
+    The requests' best extensions wait in a heap by gain per second (ties: the lower request
+    index first), so each extension costs a heap step, not a pass over the batch."""
     rows = len(requests)
     kept = [0] * rows
     if not rows:
@@ -117,18 +121,26 @@ def plan_budget(requests: Sequence[BudgetRequest], cost: StepCostModel, spent: f
     _, _, per_token, per_tree_token = (float(c) for c in cost.coefficients)
     expected = float(rows)
     base = seconds = cost.cost(rows, rows, 0) + max(0.0, spent)
-    best = [_best_extension(r, 0, per_token, per_tree_token) for r in requests]
-    while True:
-        candidates = [i for i in range(rows) if best[i] is not None and best[i][2] > 0]
-        if not candidates:
-            break
-        i = max(candidates, key=lambda j: best[j][0])
-        _, n, gain, extra = best[i]
+    heap = []
+    for i, request in enumerate(requests):
+        _push_extension(heap, i, request, 0, per_token, per_tree_token)
+    while heap:
+        _, i, n, gain, extra = heap[0]
         if (expected + gain) * seconds <= expected * (seconds + extra):
             break  # the best extension no longer raises expected tokens per second: none does
+        heapq.heappop(heap)
         kept[i], expected, seconds = n, expected + gain, seconds + extra
-        best[i] = _best_extension(requests[i], n, per_token, per_tree_token)
+        _push_extension(heap, i, requests[i], n, per_token, per_tree_token)
     return BudgetPlan(kept, expected - rows, seconds - base)
+
+
+def _push_extension(heap: list, i: int, request: BudgetRequest, kept: int, per_token: float,
+                    per_tree_token: float) -> None:
+    """Request i's best extension beyond `kept` nodes onto `heap`, when it has one that gains."""
+    best = _best_extension(request, kept, per_token, per_tree_token)
+    if best is not None and best[2] > 0:
+        rate, n, gain, extra = best
+        heapq.heappush(heap, (-rate, i, n, gain, extra))
 
 
 def plan_deeper(known: Sequence[BudgetRequest], predicted: Sequence[BudgetRequest], cost: StepCostModel,

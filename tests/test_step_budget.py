@@ -185,3 +185,48 @@ def test_head_calibration_measures_each_depth():
         calibration.observe([1.0, 0.9, 0.9], [-1, 0, 1], accepted)
     assert calibration.depth_rate(1) == pytest.approx(0.75, abs=0.03)
     assert calibration.depth_rate(2) == pytest.approx(1 / 3, abs=0.05)
+
+
+def _plan_by_passes(requests, model, spent=0.0):
+    """The greedy rule written as it reads (a pass over the batch per extension): the reference the
+    heap in `plan_budget` must reproduce, ties included."""
+    from entmtp_vllm.step_budget import _best_extension
+
+    rows = len(requests)
+    kept = [0] * rows
+    _, _, per_token, per_tree_token = (float(c) for c in model.coefficients)
+    expected, seconds = float(rows), model.cost(rows, rows, 0) + spent
+    best = [_best_extension(r, 0, per_token, per_tree_token) for r in requests]
+    while True:
+        candidates = [i for i in range(rows) if best[i] is not None and best[i][2] > 0]
+        if not candidates:
+            return kept
+        i = max(candidates, key=lambda j: best[j][0])
+        _, n, gain, extra = best[i]
+        if (expected + gain) * seconds <= expected * (seconds + extra):
+            return kept
+        kept[i], expected, seconds = n, expected + gain, seconds + extra
+        best[i] = _best_extension(requests[i], n, per_token, per_tree_token)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_plan_budget_equals_the_greedy_rule_pass_by_pass(seed: int) -> None:
+    """Random batches of 1-24 chains and trees, some requests sharing values (ties go to the lower
+    request index), costs from cheap to dear, with and without spent drafting seconds."""
+    import random
+
+    rng = random.Random(seed)
+    model = cost_model(rng.uniform(5, 60), rng.uniform(0, 2), rng.uniform(0.2, 6), rng.choice([0.0, 1.0, 3.0]))
+    shared = sorted((rng.random() for _ in range(4)), reverse=True)
+    requests = []
+    for _ in range(rng.randint(1, 24)):
+        if rng.random() < 0.3:
+            values = list(shared)  # ties with other requests
+        else:
+            values, value = [], 1.0
+            for _ in range(rng.randint(0, 7)):
+                value *= rng.random()
+                values.append(value)
+        requests.append(BudgetRequest(values, rng.randint(0, len(values))))
+    spent = rng.choice([0.0, 0.002])
+    assert plan_budget(requests, model, spent).kept == _plan_by_passes(requests, model, spent)

@@ -236,9 +236,10 @@ class EntMTPProposer:
 
     def _count(self, stat: str, value: int = 1, metric: str | None = None, **labels: str) -> None:
         """One counter, in the proposer's stats and the Prometheus series (named `metric`, default
-        the stat's name)."""
-        setattr(self.stats, stat, getattr(self.stats, stat) + value)
-        metrics.count(metric or stat, value, **labels)
+        the stat's name); a zero changes neither."""
+        if value:
+            setattr(self.stats, stat, getattr(self.stats, stat) + value)
+            metrics.count(metric or stat, value, **labels)
 
     def drafts_nothing(self, batch_size: int) -> bool:
         """Whether a step with `batch_size` requests falls back to plain decoding (no drafts)."""
