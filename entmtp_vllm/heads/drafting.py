@@ -61,6 +61,8 @@ class Draft:
     """Per node: the probability its head gave the node's token (1.0 for the root,
     `LOOKUP_PROB` for a prompt-lookup node, whose token no head chose); what the step budget
     turns into each node's chance of acceptance."""
+    token_ids: tuple[int, ...] = ()
+    """`tokens` as Python ints (`draft_trees` fills it; empty: read `tokens`)."""
 
 
 LOOKUP_PROB = -1.0
@@ -115,8 +117,9 @@ class TreeDrafter:
 
     def top_children(self, probs: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(token ids, probabilities) of the k most likely tokens of each row of `probs` (a head's
-        distribution, over the draft vocabulary when there is one), in rank order."""
-        values, indices = probs.topk(k, dim=-1)
+        distribution, over the draft vocabulary when there is one), in rank order (k = 1, a chain's
+        parents: `max`, 25% faster than `topk` on a 16 x 4096 step on CPU)."""
+        values, indices = probs.max(dim=-1, keepdim=True) if k == 1 else probs.topk(k, dim=-1)
         if self.draft_vocab is not None:
             indices = self.draft_vocab[indices]
         return indices, values
@@ -191,8 +194,7 @@ class DraftStep:
         self.drafter = drafter
         self.hidden = hidden
         self.root_token = root_token
-        self._logits: dict = {}  # key -> float32 logits [V]
-        self._probs: dict = {}  # key -> softmax of those logits (set with them, by compute_heads)
+        self._rows: dict = {}  # key -> (HeadCall, row): the head call that computed the key's output
         self._topk: dict = {}  # key -> (token ids, probabilities) of the top-k, rank order
         self._tokens: dict[Path_, int] = {(): root_token}
 
@@ -207,7 +209,7 @@ class DraftStep:
         todo, seen = [], set()
         for p in paths:
             key = self._key(p)
-            if key not in self._logits and key not in seen:
+            if key not in self._rows and key not in seen:
                 todo.append(p)
                 seen.add(key)
         return todo
@@ -221,7 +223,7 @@ class DraftStep:
         key = self._key(path)
         cached = self._topk.get(key)
         if cached is None or len(cached[0]) < k:
-            indices, values = self.drafter.top_children(self._probs[key], k)
+            indices, values = self.drafter.top_children(self._probs(key), k)
             cached = self._topk[key] = (indices.tolist(), values.tolist())
         return cached[0][:k], cached[1][:k]
 
@@ -233,7 +235,13 @@ class DraftStep:
         vocabulary when the drafter has one."""
         self._ensure(path)
         self._compute([path])
-        return self._logits[self._key(path)]
+        call, row = self._rows[self._key(path)]
+        return call.logits[row]
+
+    def _probs(self, key) -> torch.Tensor:
+        """The softmax of the head output cached under `key` ([V])."""
+        call, row = self._rows[key]
+        return call.probs[row]
 
     def _ensure(self, path: Path_) -> None:
         """Make sure the tokens of every node on `path` are known."""
@@ -265,7 +273,7 @@ class DraftStep:
                 continue
             key = self._key(nodes[parents[i]])
             if key not in cache:
-                row = self._probs[key].to(probs.device)
+                row = self._probs(key).to(probs.device)
                 if self.drafter.draft_vocab is not None:  # zero outside the draft vocabulary
                     row = torch.zeros(probs.shape[1], device=probs.device).index_copy_(
                         0, self.drafter.draft_vocab.to(probs.device), row
@@ -275,12 +283,29 @@ class DraftStep:
         return probs
 
 
+class HeadCall:
+    """One batched head call's outputs: float32 logits [P, V] (one row per path) and their softmax,
+    taken once, on first use; each `DraftStep` keeps (call, row) per path instead of row views."""
+
+    __slots__ = ("logits", "_probs")
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        self.logits = logits
+        self._probs: torch.Tensor | None = None
+
+    @property
+    def probs(self) -> torch.Tensor:
+        if self._probs is None:
+            self._probs = torch.softmax(self.logits, dim=-1)
+        return self._probs
+
+
 def compute_heads(drafter: TreeDrafter, work: list[tuple[DraftStep, list[Path_]]], top_k: int = 0) -> None:
     """One head call for every (step, paths) pair: all paths have the same length d, so head
     d + 1 runs once over the uncached paths of every step (each row on its step's hidden
-    state), and each step caches its rows: logits, probabilities and, with `top_k`, the top-k
-    children (one softmax and one top-k over all rows instead of one per row; the same values,
-    every row is reduced on its own)."""
+    state), and each step caches where its rows are (the call's logits, their softmax taken once
+    when first read) and, with `top_k`, the top-k children (one softmax and one top-k over all
+    rows instead of one per row; the same values, every row is reduced on its own)."""
     rows = [(step, path) for step, paths in work for path in step._todo(paths)]
     if not rows:
         return
@@ -289,18 +314,13 @@ def compute_heads(drafter: TreeDrafter, work: list[tuple[DraftStep, list[Path_]]
     emb = drafter.embed_weight[tokens].to(drafter.device, drafter.dtype)  # [P, depth, H]
     hiddens = [step.hidden for step, _ in rows]
     hidden = hiddens[0].expand(len(rows), -1) if all(h is hiddens[0] for h in hiddens) else torch.stack(hiddens)
-    logits = drafter.head_logits(depth, hidden, emb).float()
-    probs = torch.softmax(logits, dim=-1)
-    children = [None] * len(rows)
+    call = HeadCall(drafter.head_logits(depth, hidden, emb).float())
+    for r, (step, path) in enumerate(rows):
+        step._rows[step._key(path)] = (call, r)
     if top_k > 0:
-        indices, values = drafter.top_children(probs, min(top_k, probs.shape[-1]))
-        children = list(zip(indices.tolist(), values.tolist()))
-    for (step, path), row, row_probs, top in zip(rows, logits, probs, children):
-        key = step._key(path)
-        step._logits[key] = row
-        step._probs[key] = row_probs
-        if top is not None:
-            step._topk[key] = top
+        indices, values = drafter.top_children(call.probs, min(top_k, call.probs.shape[-1]))
+        for (step, path), top in zip(rows, zip(indices.tolist(), values.tolist())):
+            step._topk[step._key(path)] = top
 
 
 @torch.no_grad()
@@ -402,6 +422,7 @@ def draft_trees(
             torch.tensor(row[:cap], dtype=torch.long, device=buffers.parents.device),
             step._draft_probs(buffers, cap) if want_probs else None,
             tuple(p[:cap]),
+            tuple(row[:cap]),
         )
         for step, (buffers, _, _), row, p, cap in zip(steps, plans, tokens, probs, caps)
     ]

@@ -57,6 +57,8 @@ class Proposal:
     token_probs: tuple[float, ...] = ()
     """Per node (the root first): its head probability, `LOOKUP_PROB` for a lookup node
     (`heads.drafting.Draft.token_probs`); empty when the drafter gives none."""
+    token_ids: list[int] | None = None
+    """`tokens` as Python ints (root first); None: read `tokens`."""
 
 
 @dataclass
@@ -327,7 +329,8 @@ class EntMTPProposer:
             if n == 0:
                 continue
             tokens = draft.tokens[: n + 1].to("cpu", torch.long)
-            proposals[i] = Proposal(index, tokens, tokens[1:].tolist(), len(buffers.lookup_nodes), draft.token_probs[: n + 1])
+            ids = list(draft.token_ids[: n + 1]) if draft.token_ids else tokens.tolist()
+            proposals[i] = Proposal(index, tokens, ids[1:], len(buffers.lookup_nodes), draft.token_probs[: n + 1], ids)
             used[index] = used.get(index, 0) + 1
         if self.budget is not None:
             self._count("budget_cut_nodes", sum(b.num_nodes - 1 for b in trees) - sum(kept))

@@ -243,6 +243,8 @@ def test_batched_drafting_equals_one_sequence_at_a_time(base_weights) -> None:
     for (chain, one), batch_chain, batched in zip(alone, chains, drafts):
         assert batch_chain == pytest.approx(chain, abs=1e-6)
         assert batched.tokens.tolist() == one.tokens.tolist()
+        assert list(batched.token_ids) == batched.tokens.tolist() and list(one.token_ids) == one.tokens.tolist()
+        assert all(type(t) is int for t in batched.token_ids)
         assert batched.token_probs == pytest.approx(one.token_probs, abs=1e-6)
     # token_probs: each head node's probability under its parent's head distribution
     step = TreeDrafter(heads, embed, lm_head).begin(hiddens[0], roots[0])

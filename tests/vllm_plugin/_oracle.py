@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import random
 from collections import Counter, defaultdict
-from dataclasses import dataclass
 
 import torch
 
+from entmtp_vllm.heads.drafting import Draft
 from entmtp_vllm.vllm_plugin.proposer import EntMTPProposer
 
 TABLE: dict[int, list[int]] = {}
@@ -29,13 +29,6 @@ def bigram_table(sequences: list[list[int]]) -> dict[int, list[int]]:
     return {a: [b for b, _ in c.most_common()] for a, c in counts.items()}
 
 
-@dataclass
-class _Draft:
-    tokens: torch.Tensor
-    draft_probs: torch.Tensor | None = None
-    token_probs: tuple[float, ...] = ()
-
-
 class _Step:
     def __init__(self, root: int, rng: random.Random) -> None:
         self.root, self.rng = root, rng
@@ -43,7 +36,7 @@ class _Step:
     def greedy_chain(self, depth: int) -> list[float]:
         return [0.5] * depth
 
-    def draft(self, buffers, lookup_tokens=None, want_probs: bool = False) -> _Draft:
+    def draft(self, buffers, lookup_tokens=None, want_probs: bool = False) -> Draft:
         tokens = [self.root]
         for node in range(1, buffers.num_nodes):
             parent, rank = int(buffers.parents[node]), int(buffers.ranks[node])
@@ -51,7 +44,7 @@ class _Step:
             if rank < 2 and self.rng.random() < 0.3:
                 rank = 1 - rank
             tokens.append(candidates[rank])
-        return _Draft(torch.tensor(tokens), None, (1.0,) * len(tokens))
+        return Draft(torch.tensor(tokens), None, (1.0,) * len(tokens))
 
 
 class _OracleDrafter:
