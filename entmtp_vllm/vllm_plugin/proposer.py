@@ -50,15 +50,18 @@ class Proposal:
     """Bank index of the tree."""
     tokens: torch.Tensor
     """long[N] (CPU): the token of each node in bank node order; tokens[0] is the root."""
-    drafts: list[int]
-    """tokens[1:] as a list: what was handed to the scheduler."""
+    token_ids: list[int]
+    """`tokens` as Python ints (root first), what the scheduler and the acceptance walks read."""
     lookup_length: int = 0
     """Prompt-lookup tokens drafted (a hybrid tree's chain is cut to this length)."""
     token_probs: tuple[float, ...] = ()
     """Per node (the root first): its head probability, `LOOKUP_PROB` for a lookup node
     (`heads.drafting.Draft.token_probs`); empty when the drafter gives none."""
-    token_ids: list[int] | None = None
-    """`tokens` as Python ints (root first); None: read `tokens`."""
+
+    @property
+    def drafts(self) -> list[int]:
+        """token_ids[1:]: what is handed to the scheduler."""
+        return self.token_ids[1:]
 
 
 @dataclass
@@ -330,7 +333,7 @@ class EntMTPProposer:
                 continue
             tokens = draft.tokens[: n + 1].to("cpu", torch.long)
             ids = list(draft.token_ids[: n + 1]) if draft.token_ids else tokens.tolist()
-            proposals[i] = Proposal(index, tokens, ids[1:], len(buffers.lookup_nodes), draft.token_probs[: n + 1], ids)
+            proposals[i] = Proposal(index, tokens, ids, len(buffers.lookup_nodes), draft.token_probs[: n + 1])
             used[index] = used.get(index, 0) + 1
         if self.budget is not None:
             self._count("budget_cut_nodes", sum(b.num_nodes - 1 for b in trees) - sum(kept))

@@ -24,17 +24,13 @@ class Verification:
     buffers: TreeBuffers
     tokens: torch.Tensor
     """long[N]: root + the scheduled drafts."""
+    token_ids: list[int]
+    """`tokens` as Python ints, what the acceptance walks read."""
     chain: bool
     capture_start: int
     """Where this request's rows start in `TreeStep.capture_rows` (-1: not captured)."""
     token_probs: tuple[float, ...] = ()
     """The proposal's head probability of each node (`Proposal.token_probs`, cut to the tree)."""
-    token_ids: list[int] | None = None
-    """`tokens` as Python ints (None: read `tokens`), what the acceptance walks read."""
-
-    def token_list(self) -> list[int]:
-        """The tree's tokens as Python ints, root first."""
-        return self.token_ids if self.token_ids is not None else self.tokens.tolist()
 
 
 @dataclass

@@ -231,8 +231,8 @@ class TreeRunnerMixin:
             if int(num_scheduled_tokens[i]) != n + 1 or list(drafts) != proposal.drafts[:n]:
                 continue  # placeholders (-1), or drafts that are not this proposal's
             buffers, chain = drafter.subtree(proposal.tree_index, n + 1, proposal.lookup_length)
-            ids = proposal.token_ids[: n + 1] if proposal.token_ids is not None else None
-            trees[i] = Verification(buffers, proposal.tokens[: n + 1], chain, -1, proposal.token_probs[: n + 1], ids)
+            trees[i] = Verification(buffers, proposal.tokens[: n + 1], proposal.token_ids[: n + 1], chain, -1,
+                                    proposal.token_probs[: n + 1])
             if not chain:
                 tree_tokens += n + 1
                 start = int(starts[i])
@@ -328,7 +328,7 @@ class TreeRunnerMixin:
             if not plan.params[i].greedy and (tree is None or mode == "lossless"):
                 roots[i] = ends[i] - num_drafts[i] - 1
                 generators[i] = self.requests[req_ids[i]].generator
-                walks[i] = None if tree is None else LosslessWalk(tree.buffers, tree.token_list(), generators[i])
+                walks[i] = None if tree is None else LosslessWalk(tree.buffers, tree.token_ids, generators[i])
         sampled = self._entmtp_sampled.verify(logits, roots, walks, plan.params, generators)
         for i in range(plan.num_reqs):
             hi = ends[i]
@@ -341,7 +341,7 @@ class TreeRunnerMixin:
                 accept_lengths.append(None)
             else:
                 # Host sync (GPU): the acceptance rule reads this request's rows on the host.
-                tokens = tree.token_list()
+                tokens = tree.token_ids
                 buffers = tree.buffers
                 if params.greedy:
                     result = accept_greedy_host(buffers, tokens, targets[lo:hi])
