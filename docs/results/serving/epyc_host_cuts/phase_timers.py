@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import sys
 import time
 
@@ -40,14 +39,9 @@ def main() -> None:
     if len(sys.argv) != 3 or not all(a.isdigit() and int(a) > 0 for a in sys.argv[1:]):
         sys.exit("usage: phase_timers.py SEQS PROMPTS")
     seqs, n = int(sys.argv[1]), int(sys.argv[2])
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     import importlib
 
-    from transformers import AutoTokenizer
-    from vllm import LLM, SamplingParams
-
-    from entmtp_vllm.model_store import resolve_model
-    from entmtp_vllm.prompts import chat_text, load_prompts
+    from entmtp_vllm.bench.in_process import chat_prompts, in_process_engine, timed_generate
 
     seconds, calls = collections.Counter(), collections.Counter()
 
@@ -71,25 +65,17 @@ def main() -> None:
             if hasattr(owner, name):
                 wrap(owner, name, f"{class_name}.{name}" if class_name else name)
 
-    model = resolve_model(None)
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    prompts = [chat_text(tokenizer, p.text) for p in load_prompts("mt_bench", n=n, split="test")]
-    llm = LLM(model=model, dtype="bfloat16", enforce_eager=True, max_model_len=2048, max_num_seqs=seqs,
-              kv_cache_memory_bytes=2 << 30, distributed_executor_backend="uni",
-              speculative_config={"model": "entmtp_vllm.EntMTP", "num_speculative_tokens": 5})
-    llm.generate(prompts[:4], SamplingParams(temperature=0, max_tokens=16), use_tqdm=False)  # warm-up
+    llm = in_process_engine(seqs)
+    prompts = chat_prompts(llm, "mt_bench", "test", n)
+    timed_generate(llm, prompts[:4], max_tokens=16, warm_up=0)  # warm-up, not counted
     seconds.clear()
     calls.clear()
-    started = time.perf_counter()
-    outputs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=128), use_tqdm=False)
-    wall = time.perf_counter() - started
-    stats = llm.collective_rpc("entmtp_stats")[0]
-    steps = max(1, stats["steps_timed"])
-    tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
-    print(json.dumps({"seqs": seqs, "prompts": n, "tok_s": round(tokens / wall, 1), "steps": steps,
-                      "step_ms": round(1e3 * stats["step_seconds"] / steps, 2),
-                      "drafted": stats["drafted_nodes"], "accepted": stats["accepted_tokens"],
-                      "own_ms": {k: round(1e3 * v / steps, 3) for k, v in stats["overhead_seconds"].items()}}))
+    run = timed_generate(llm, prompts, warm_up=0)
+    steps = run.timed_steps
+    print(json.dumps({"seqs": seqs, "prompts": n, "tok_s": round(run.tok_s, 1), "steps": steps,
+                      "step_ms": round(1e3 * run.entmtp["step_seconds"] / steps, 2),
+                      "drafted": run.entmtp["drafted_nodes"], "accepted": run.entmtp["accepted_tokens"],
+                      "own_ms": {k: round(v, 3) for k, v in run.phase_ms().items()}}))
     for label, total in sorted(seconds.items(), key=lambda item: -item[1]):
         print(f"{label:40s} {1e3 * total / steps:7.3f} ms/step  {calls[label] / steps:6.2f} calls/step  "
               f"{1e6 * total / calls[label]:8.1f} us/call")

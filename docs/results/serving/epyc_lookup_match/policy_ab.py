@@ -7,6 +7,8 @@ One engine (VLLM_ENABLE_V1_MULTIPROCESSING=0, uniprocess executor), bf16, eager,
 all submitted at once after a short warm-up (4 prompts, 16 tokens). Prints tok/s, engine steps
 and their mean wall time, and for EntMTP the draft tokens verified / accepted, the prompt-lookup
 tokens verified / accepted, EntMTP's own phases (ms a step) and its fitted step-cost model.
+(EntMTP's counters count the timed generation only, the warm-up left out; before the shared
+runner `entmtp_vllm.bench.in_process`, the counters of the committed runs included the warm-up.)
 
     OMP_NUM_THREADS=2 python docs/results/serving/epyc_lookup_match/policy_ab.py METHOD PROMPTS SEQS [JSON]
 
@@ -20,7 +22,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
+
+from entmtp_vllm.bench.in_process import chat_prompts, in_process_engine, timed_generate
 
 
 def main() -> None:
@@ -32,49 +35,18 @@ def main() -> None:
         settings = json.loads(args[3]) if len(args) == 4 else {}
     except json.JSONDecodeError as exc:
         sys.exit(f"policy_ab.py: JSON is not valid JSON ({exc.msg})")
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    from transformers import AutoTokenizer
-    from vllm import LLM, SamplingParams
-
-    from entmtp_vllm.model_store import resolve_model
-    from entmtp_vllm.prompts import chat_text, load_prompts
-
-    model = resolve_model(None)
-    tokenizer = AutoTokenizer.from_pretrained(model)
     dataset, split = os.environ.get("DATASET", "mt_bench"), os.environ.get("SPLIT", "test")
-    prompts = [chat_text(tokenizer, p.text) for p in load_prompts(dataset, n=n, split=split)]
-    extra = {}
-    if method == "entmtp":
-        extra = {"speculative_config": {"model": "entmtp_vllm.EntMTP", "num_speculative_tokens": 5},
-                 "additional_config": {"entmtp": settings}}
-    llm = LLM(model=model, dtype="bfloat16", enforce_eager=True, max_model_len=2048, max_num_seqs=seqs,
-              kv_cache_memory_bytes=2 << 30, distributed_executor_backend="uni", **extra)
-    llm.generate(prompts[:4], SamplingParams(temperature=0, max_tokens=16), use_tqdm=False)  # warm-up
-    engine, step_seconds = llm.llm_engine, []
-    step = engine.step
-
-    def timed_step():
-        started = time.perf_counter()
-        out = step()
-        step_seconds.append(time.perf_counter() - started)
-        return out
-
-    engine.step = timed_step
-    started = time.perf_counter()
-    outputs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=128), use_tqdm=False)
-    wall = time.perf_counter() - started
-    tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+    llm = in_process_engine(seqs, method, settings)
+    run = timed_generate(llm, chat_prompts(llm, dataset, split, n))
     result = {"method": method, "dataset": f"{dataset}/{split}", "settings": settings, "seqs": seqs,
-              "tok_s": round(tokens / wall, 2), "tokens": tokens, "steps": len(step_seconds),
-              "step_ms": round(1e3 * sum(step_seconds) / len(step_seconds), 2)}
-    if method == "entmtp":
-        stats = llm.collective_rpc("entmtp_stats")[0]
-        timed = max(1, stats["steps_timed"])
+              "tok_s": round(run.tok_s, 2), "tokens": run.tokens, "steps": len(run.engine_step_seconds),
+              "step_ms": round(run.engine_step_ms, 2)}
+    if run.entmtp is not None:
         result.update({
-            "drafted": stats["drafted_nodes"], "accepted": stats["accepted_tokens"],
-            "lookup_drafted": stats["lookup_proposed"], "lookup_accepted": stats["lookup_accepted"],
-            "own_ms": {k: round(1e3 * v / timed, 3) for k, v in stats["overhead_seconds"].items()},
-            "step_cost_ms": {k: round(v, 3) for k, v in stats["step_cost"].items() if k.endswith("_ms")},
+            "drafted": run.entmtp["drafted_nodes"], "accepted": run.entmtp["accepted_tokens"],
+            "lookup_drafted": run.entmtp["lookup_proposed"], "lookup_accepted": run.entmtp["lookup_accepted"],
+            "own_ms": {k: round(v, 3) for k, v in run.phase_ms().items()},
+            "step_cost_ms": {k: round(v, 3) for k, v in run.entmtp_after["step_cost"].items() if k.endswith("_ms")},
         })
     print(json.dumps(result), flush=True)
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
+
+from entmtp_vllm.bench.in_process import chat_prompts, in_process_engine, timed_generate
 
 
 def main() -> None:
@@ -32,41 +33,19 @@ def main() -> None:
         settings = json.loads(args[2]) if len(args) == 3 else {}
     except json.JSONDecodeError as exc:
         sys.exit(f"budget_stats.py: JSON is not valid JSON ({exc.msg})")
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    from transformers import AutoTokenizer
-    from vllm import LLM, SamplingParams
-
-    from entmtp_vllm.model_store import resolve_model
-    from entmtp_vllm.prompts import chat_text, load_prompts
-
-    model = resolve_model(None)
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    prompts = [chat_text(tokenizer, p.text) for p in load_prompts("mt_bench", n=n, split="test")]
-    llm = LLM(model=model, dtype="bfloat16", enforce_eager=True, max_model_len=2048, max_num_seqs=seqs,
-              kv_cache_memory_bytes=2 << 30, distributed_executor_backend="uni",
-              speculative_config={"model": "entmtp_vllm.EntMTP", "num_speculative_tokens": 5},
-              additional_config={"entmtp": settings})
-    temperature = float(os.environ.get("TEMPERATURE", "0"))
-    llm.generate(prompts[:4], SamplingParams(temperature=temperature, max_tokens=16), use_tqdm=False)  # warm-up
-    before = llm.collective_rpc("entmtp_stats")[0]
-    started = time.perf_counter()
-    outputs = llm.generate(prompts, SamplingParams(temperature=temperature, max_tokens=128), use_tqdm=False)
-    wall = time.perf_counter() - started
-    after = llm.collective_rpc("entmtp_stats")[0]
-    delta = {k: after[k] - before.get(k, 0) for k in after if isinstance(after[k], (int, float)) and not isinstance(after[k], bool)}
-    steps = delta["steps_timed"]
-    step_ms = delta["step_seconds"] / steps * 1e3
-    phases = {k: (v - before["overhead_seconds"].get(k, 0.0)) / steps * 1e3 for k, v in after["overhead_seconds"].items()}
-    tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
+    llm = in_process_engine(seqs, "entmtp", settings)
+    run = timed_generate(llm, chat_prompts(llm, "mt_bench", "test", n), float(os.environ.get("TEMPERATURE", "0")))
+    delta, after = run.entmtp, run.entmtp_after
     print(json.dumps({
-        "seqs": seqs, "settings": settings, "tok_s": round(tokens / wall, 1), "steps": steps, "step_ms": round(step_ms, 2),
-        "drafted_per_step": round(delta["drafted_nodes"] / steps, 2),
-        "accepted_per_step": round(delta["accepted_tokens"] / steps, 2),
-        "phase_ms": {k: round(v, 3) for k, v in phases.items()}, "share": round(sum(phases.values()) / step_ms, 4),
+        "seqs": seqs, "settings": settings, "tok_s": round(run.tok_s, 1), "steps": run.timed_steps,
+        "step_ms": round(1e3 * delta["step_seconds"] / run.timed_steps, 2),
+        "drafted_per_step": round(run.per_step("drafted_nodes"), 2),
+        "accepted_per_step": round(run.per_step("accepted_tokens"), 2),
+        "phase_ms": {k: round(v, 3) for k, v in run.phase_ms().items()}, "share": round(run.share(), 4),
         "gate_skips": delta["gate_skips"],
         "lookup": {"drafted": delta["lookup_proposed"], "accepted": delta["lookup_accepted"],
                    "scored_undrafted": delta.get("lookup_unverified")},
-        "trees": {k: v - before["tree_usage"].get(k, 0) for k, v in after["tree_usage"].items()},
+        "trees": delta["tree_usage"],
         "step_cost_ms": {k: round(v, 3) for k, v in after["step_cost"].items() if k.endswith("_ms")},
         "lookup_rate": round(after["lookup_rate"], 3),
     }), flush=True)
