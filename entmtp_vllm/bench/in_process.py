@@ -39,11 +39,13 @@ def in_process_engine(seqs: int, method: str = "entmtp", settings: dict | None =
     from vllm import LLM
 
     from entmtp_vllm.model_store import resolve_model
+    from entmtp_vllm.vllm_plugin.config import ADDITIONAL_CONFIG_KEY, PROPOSER_CLASS
 
     extra: dict[str, Any] = {}
     if method == "entmtp":
-        extra = {"speculative_config": {"model": "entmtp_vllm.EntMTP", "num_speculative_tokens": 5},
-                 "additional_config": {"entmtp": dict(settings or {})}}
+        # 5 drafts: what the front door passes for the default bank (its largest tree's drafts)
+        extra = {"speculative_config": {"model": PROPOSER_CLASS, "num_speculative_tokens": 5},
+                 "additional_config": {ADDITIONAL_CONFIG_KEY: dict(settings or {})}}
     return LLM(model=resolve_model(None), dtype=dtype, enforce_eager=True, max_model_len=max_model_len,
                max_num_seqs=seqs, kv_cache_memory_bytes=kv_cache_bytes, distributed_executor_backend="uni", **extra)
 
@@ -118,17 +120,25 @@ def _entmtp_stats(llm) -> dict | None:
     return llm.collective_rpc("entmtp_stats")[0]
 
 
+def warm_up_engine(llm, prompts: list[str], count: int = 4, temperature: float = 0.0) -> None:
+    """Generate 16 tokens for each of the first `count` prompts (a caller that counts or profiles
+    from here on calls this, then `timed_generate(..., warm_up=0)`)."""
+    from vllm import SamplingParams
+
+    llm.generate(prompts[:count], SamplingParams(temperature=temperature, max_tokens=16), use_tqdm=False)
+
+
 def timed_generate(llm, prompts: list[str], temperature: float = 0.0, max_tokens: int = 128,
                    warm_up: int = 4) -> TimedRun:
     """Generate every prompt at once (the engine runs `max_num_seqs` of them a step) after a
-    warm-up on the first `warm_up` prompts (16 tokens each, same temperature), timing the whole
+    warm-up on the first `warm_up` prompts (`warm_up_engine`, same temperature), timing the whole
     generation and each engine step."""
     from vllm import SamplingParams
 
     if not prompts:
         raise EntMTPError("no prompts to time")
     if warm_up:
-        llm.generate(prompts[:warm_up], SamplingParams(temperature=temperature, max_tokens=16), use_tqdm=False)
+        warm_up_engine(llm, prompts, warm_up, temperature)
     engine = llm.llm_engine
     step, step_seconds = engine.step, []
 

@@ -41,7 +41,7 @@ def main() -> None:
     seqs, n = int(sys.argv[1]), int(sys.argv[2])
     import importlib
 
-    from entmtp_vllm.bench.in_process import chat_prompts, in_process_engine, timed_generate
+    from entmtp_vllm.bench.in_process import chat_prompts, in_process_engine, timed_generate, warm_up_engine
 
     seconds, calls = collections.Counter(), collections.Counter()
 
@@ -67,7 +67,7 @@ def main() -> None:
 
     llm = in_process_engine(seqs)
     prompts = chat_prompts(llm, "mt_bench", "test", n)
-    timed_generate(llm, prompts[:4], max_tokens=16, warm_up=0)  # warm-up, not counted
+    warm_up_engine(llm, prompts)  # warm-up, not counted
     seconds.clear()
     calls.clear()
     run = timed_generate(llm, prompts, warm_up=0)

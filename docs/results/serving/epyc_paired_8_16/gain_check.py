@@ -17,7 +17,7 @@ import collections
 import json
 import sys
 
-from entmtp_vllm.bench.in_process import chat_prompts, in_process_engine, timed_generate
+from entmtp_vllm.bench.in_process import chat_prompts, in_process_engine, timed_generate, warm_up_engine
 from entmtp_vllm.step_planner import StepPlanner
 
 
@@ -47,7 +47,7 @@ def main() -> None:
     StepPlanner.plan = reading_plan
     llm = in_process_engine(seqs, "entmtp", settings)
     prompts = chat_prompts(llm, "mt_bench", "test", n)
-    timed_generate(llm, prompts[:4], max_tokens=16, warm_up=0)  # warm-up, not counted
+    warm_up_engine(llm, prompts)  # warm-up, not counted
     sums.clear()
     run = timed_generate(llm, prompts, warm_up=0)
     counters = run.entmtp

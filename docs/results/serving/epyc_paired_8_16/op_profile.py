@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 
-from entmtp_vllm.bench.in_process import METHODS, chat_prompts, in_process_engine, timed_generate
+from entmtp_vllm.bench.in_process import METHODS, chat_prompts, in_process_engine, timed_generate, warm_up_engine
 
 
 def main() -> None:
@@ -26,7 +26,7 @@ def main() -> None:
 
     llm = in_process_engine(seqs, method)
     prompts = chat_prompts(llm, "mt_bench", "test", n)
-    timed_generate(llm, prompts[:4], max_tokens=16, warm_up=0)  # warm-up, not profiled
+    warm_up_engine(llm, prompts)  # warm-up, not profiled
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         run = timed_generate(llm, prompts, warm_up=0)
     steps = len(run.engine_step_seconds)
