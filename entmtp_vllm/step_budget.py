@@ -56,11 +56,12 @@ class BudgetRequest:
 
 
 def node_values(token_probs: Sequence[float | None], parents: Sequence[int], head_scale: float, lookup_rate: float,
-                depth_rate: Callable[[int], float] | None = None) -> list[float]:
+                depth_rate: Callable[[int], float] | None = None, max_depth: int | None = None) -> list[float]:
     """Each draft node's chance of acceptance (node order, root left out): its parent's times
     its own given the parent (a head node: `head_scale` × its head probability, capped at 1; a
     lookup node, marked by a negative probability: `lookup_rate`; a head node not drafted yet,
-    marked None: `depth_rate(depth)`, its depth's measured rate)."""
+    marked None: `depth_rate(depth)`, its depth's measured rate). A node deeper than `max_depth`
+    is worth 0: the request ends before its token could be emitted."""
     values = [1.0] * len(parents)
     depths = [0] * len(parents)
     for i in range(1, len(parents)):
@@ -72,7 +73,7 @@ def node_values(token_probs: Sequence[float | None], parents: Sequence[int], hea
             given_parent = depth_rate(depths[i])
         else:
             given_parent = lookup_rate if p < 0 else min(1.0, head_scale * p)
-        values[i] = values[parent] * given_parent
+        values[i] = values[parent] * given_parent if max_depth is None or depths[i] <= max_depth else 0.0
     return values[1:]
 
 

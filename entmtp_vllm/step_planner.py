@@ -69,20 +69,26 @@ class StepPlanner:
         """The step's first head level starts now (the limit times the levels from here)."""
         self._level_started = time.perf_counter()
 
-    def candidate(self, token_probs: Sequence[float | None], buffers: TreeBuffers, lookup: LookupStats) -> BudgetRequest:
+    def candidate(self, token_probs: Sequence[float | None], buffers: TreeBuffers, lookup: LookupStats,
+                  remaining: int | None = None) -> BudgetRequest:
         """A request's nodes as the budget sees them (`token_probs`: its draft's so far, a prefix
-        in node order; a head node not drafted yet, None, valued at its depth's measured rate)."""
+        in node order; a head node not drafted yet, None, valued at its depth's measured rate;
+        `remaining`: tokens the request may still emit, None: unknown; a node deeper than
+        remaining - 1 is worth nothing, as the step emits the accepted nodes and one more)."""
         config = self.config or STEP_BUDGET
         rate = lookup.token_rate(self.lookup_rate.rate, config.lookup_prior_weight) if buffers.lookup_nodes else 0.0
         values = node_values(token_probs, buffers.parent_list[: len(token_probs)], self.calibration.scale, rate,
-                             self.calibration.depth_rate)
+                             self.calibration.depth_rate, None if remaining is None else remaining - 1)
         return BudgetRequest(values, min(buffers.chain_nodes, len(values)))
 
-    def limit(self, trees: list[TreeBuffers], lookups: list[LookupStats], batch_size: int, started: float) -> Limit:
+    def limit(self, trees: list[TreeBuffers], lookups: list[LookupStats], batch_size: int, started: float,
+              remaining: Sequence[int | None] | None = None) -> Limit:
         """`draft_trees`' limit for this step: before each deeper head level, `plan_deeper` over
         what is drafted so far (`started`: when the step's drafting began, online the seconds
-        since count as spent) and a head call of `level_seconds` per level still to draft."""
+        since count as spent) and a head call of `level_seconds` per level still to draft
+        (`remaining`: per request, the tokens it may still emit, as in `candidate`)."""
         deepest = max((buffers.head_depth for buffers in trees), default=0)
+        remaining = _remaining(len(trees), remaining)
 
         def limit(depth: int, probs: list[list[float | None]]) -> list[int]:
             now = time.perf_counter()
@@ -91,8 +97,8 @@ class StepPlanner:
                 known = self.level_seconds
                 self.level_seconds = level if known is None else known + (level - known) / LEVEL_MEMORY
             drafted, predicted = [], []
-            for token_probs, buffers, lookup in zip(probs, trees, lookups):
-                whole = self.candidate(token_probs, buffers, lookup)
+            for token_probs, buffers, lookup, left in zip(probs, trees, lookups, remaining):
+                whole = self.candidate(token_probs, buffers, lookup, left)
                 # the nodes before the first one not drafted yet: their values do not depend on it
                 known = next((i for i, p in enumerate(token_probs) if p is None), len(token_probs)) - 1
                 drafted.append(BudgetRequest(whole.values[:known], min(whole.chain_nodes, known)))
@@ -107,11 +113,12 @@ class StepPlanner:
         return limit
 
     def plan(self, drafts: list[Draft], trees: list[TreeBuffers], lookups: list[LookupStats], batch_size: int,
-             spent: float) -> BudgetPlan:
+             spent: float, remaining: Sequence[int | None] | None = None) -> BudgetPlan:
         """The step's plan for its drafts (`spent`: seconds this step's drafting took; counted
-        online only)."""
-        candidates = [self.candidate(draft.token_probs, buffers, lookup)
-                      for draft, buffers, lookup in zip(drafts, trees, lookups)]
+        online only; `remaining`: as in `limit`)."""
+        remaining = _remaining(len(drafts), remaining)
+        candidates = [self.candidate(draft.token_probs, buffers, lookup, left)
+                      for draft, buffers, lookup, left in zip(drafts, trees, lookups, remaining)]
         plan = plan_budget(_padded(candidates, batch_size), self.cost_model, spent if self.online else 0.0)
         return BudgetPlan(plan.kept[: len(candidates)], plan.gain, plan.seconds)
 
@@ -122,6 +129,15 @@ class StepPlanner:
             return False
         self.cost_model.observe(*shape, seconds)
         return True
+
+
+def _remaining(count: int, remaining: Sequence[int | None] | None) -> list[int | None]:
+    """Per request, the tokens it may still emit (None: unknown), `count` of them."""
+    if remaining is None:
+        return [None] * count
+    if len(remaining) != count:
+        raise ValueError(f"{count} requests but {len(remaining)} remaining token counts")
+    return list(remaining)
 
 
 def _padded(candidates: list[BudgetRequest], batch_size: int) -> list[BudgetRequest]:

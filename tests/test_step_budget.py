@@ -230,3 +230,15 @@ def test_plan_budget_equals_the_greedy_rule_pass_by_pass(seed: int) -> None:
         requests.append(BudgetRequest(values, rng.randint(0, len(values))))
     spent = rng.choice([0.0, 0.002])
     assert plan_budget(requests, model, spent).kept == _plan_by_passes(requests, model, spent)
+
+
+def test_nodes_past_the_requests_end_are_worth_nothing():
+    parents = [-1] + CHAIN5[1:]
+    probs = [1.0, 0.8, 0.5, 0.5, 0.5, 0.5]
+    assert node_values(probs, parents, 1.0, 0.0, max_depth=2) == pytest.approx([0.8, 0.4, 0.0, 0.0, 0.0])
+    tree = [1.0, 0.7, 0.2, 0.6, 0.3, 0.3]
+    assert node_values(tree, TREE, 1.0, 0.0, max_depth=1) == pytest.approx([0.7, 0.2, 0.0, 0.0, 0.0])
+    assert node_values(probs, parents, 1.0, 0.0, max_depth=0) == [0.0] * 5
+    model = cost_model(50.0, 1.0, 0.5)  # a cheap token: without the end every node would be kept
+    assert plan_budget([BudgetRequest(node_values(probs, parents, 1.0, 0.0), 5)], model).kept == [5]
+    assert plan_budget([BudgetRequest(node_values(probs, parents, 1.0, 0.0, max_depth=2), 5)], model).kept == [2]

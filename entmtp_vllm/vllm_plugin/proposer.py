@@ -86,6 +86,21 @@ class DraftRequest:
     observed: tuple[int, torch.Tensor] | None = None
     """Heads with a prefix layer only: (position of the first, hidden states [k, H]) of the
     positions this step accepted, in order (after a prefill: the prompt's last one)."""
+    remaining: int | None = None
+    """Tokens the request may still emit (its `max_tokens`, or the model's length, less what it
+    has, `root` included): the budget drafts no node deeper than remaining - 1. None: unknown."""
+
+
+def remaining_tokens(request_state: Any, num_tokens: int, max_model_len: int) -> int | None:
+    """Tokens a request may still emit (`DraftRequest.remaining`), from vLLM's cached request
+    state and its token count (prompt + output); None when it has no sampling parameters."""
+    params = getattr(request_state, "sampling_params", None)
+    if params is None:
+        return None
+    left = max_model_len - num_tokens
+    if params.max_tokens is not None:
+        left = min(left, params.max_tokens - (num_tokens - request_state.num_prompt_tokens))
+    return max(left, 0)
 
 
 def _vocab_weights(model: torch.nn.Module, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -283,6 +298,7 @@ class EntMTPProposer:
         # Under the fallback only the best matches draft (the policy still sees them all).
         matches = self._fallback_matches(found) if fallback_tree is not None else found
         states = [self._state(requests[i].req_id) for i in live]
+        remaining = [requests[i].remaining for i in live]
         for i, state in zip(live, states):
             self.scheduler.observe(state, requests[i].accept_length)
             self._score_undrafted(state, requests[i].context)
@@ -310,17 +326,17 @@ class EntMTPProposer:
         trees = [self.bank.buffers(index, self.device, lookup_length=len(m.tokens)) for index, m in zip(indices, matches)]
         if not heads_pay:  # only lookup-only trees with a match draft this step
             copies = [k for k, buffers in enumerate(trees) if buffers.num_nodes > 1 and buffers.head_depth == 0]
-            live, steps, states, indices, trees, matches = (
-                [values[k] for k in copies] for values in (live, steps, states, indices, trees, matches)
+            live, steps, states, indices, trees, matches, remaining = (
+                [values[k] for k in copies] for values in (live, steps, states, indices, trees, matches, remaining)
             )
         # Top-k drafting (and copying) is deterministic: the lossless rule then needs no draft
         # distributions (q is the one-hot on each drafted token).
         lookups = [state.lookup for state in states]
-        limit = self.planner.limit(trees, lookups, batch_size, started) if self.budget is not None else None
+        limit = self.planner.limit(trees, lookups, batch_size, started, remaining) if self.budget is not None else None
         drafts = self.drafter.draft_trees(steps, trees, [m.tokens for m in matches], limit=limit)
         plan = None
         if self.budget is not None:
-            plan = self.planner.plan(drafts, trees, lookups, batch_size, time.perf_counter() - started)
+            plan = self.planner.plan(drafts, trees, lookups, batch_size, time.perf_counter() - started, remaining)
         kept = plan.kept if plan is not None else [buffers.num_nodes - 1 for buffers in trees]
         used: dict[int, int] = {}  # bank index: requests that drafted it
         shapes: set[str] = set()

@@ -62,7 +62,7 @@ from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.features import entropy as entropy_of
 from entmtp_vllm.sampling import greedy_tokens
 from entmtp_vllm.vllm_plugin.draft_handoff import attach as attach_drafts
-from entmtp_vllm.vllm_plugin.proposer import DraftRequest, EntMTPProposer, Proposal
+from entmtp_vllm.vllm_plugin.proposer import DraftRequest, EntMTPProposer, Proposal, remaining_tokens
 from entmtp_vllm.vllm_plugin.sampled_rows import SampledRows
 from entmtp_vllm.vllm_plugin.step_plan import StepPlan, Verification, core_params, unsupported
 from entmtp_vllm.vllm_plugin.tree_step import TREE_STEP_ATTR, TreeStep
@@ -473,6 +473,7 @@ class TreeRunnerMixin:
                     accept_length=accept_length,
                     context=token_ids[i, : int(lengths[i])] if want_context else None,
                     observed=observed,
+                    remaining=remaining_tokens(self.requests[req_id], int(lengths[i]), self.max_model_len),
                 )
             )
         started = time.perf_counter()

@@ -15,7 +15,7 @@ from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.heads.drafting import TreeDrafter
 from entmtp_vllm.heads.hydra import HydraHeads
 from entmtp_vllm.vllm_plugin.config import DEFAULT_BATCH_FALLBACK
-from entmtp_vllm.vllm_plugin.proposer import DraftRequest, EntMTPProposer
+from entmtp_vllm.vllm_plugin.proposer import DraftRequest, EntMTPProposer, remaining_tokens
 
 HIDDEN, VOCAB = 16, 40
 
@@ -379,3 +379,29 @@ def test_prefix_layers_that_read_the_whole_prompt_are_refused_in_one_line(tmp_pa
     proposer.model_config = SimpleNamespace(hf_text_config=SimpleNamespace(hidden_size=HIDDEN, vocab_size=VOCAB))
     with pytest.raises(EntMTPError, match=f"prefix layer reads context: {context}, window: {window}; .*train-heads --prefix-layer"):
         proposer.load_model(torch.nn.Linear(1, 1))
+
+
+def test_no_draft_reaches_past_the_requests_end():
+    """A request that may emit 3 more tokens drafts at most 2 (the step emits the accepted ones
+    plus one), even where every node is cheap."""
+    proposer = _proposer({"bank": "chain:3", "budget": {**_budget(1000.0, 0.001), "online": False}}, spread=2.0)
+    requests = [_request("a"), _request("b"), _request("c")]
+    requests[0].remaining, requests[1].remaining = 3, 1
+    drafts = _drafts(proposer.propose_trees(requests, batch_size=3))
+    assert [len(d) for d in drafts] == [2, 0, 3]
+
+
+def test_remaining_tokens_from_vllms_request_state():
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.worker.gpu_input_batch import CachedRequestState
+
+    def state(max_tokens):
+        return CachedRequestState(req_id="a", prompt_token_ids=[1, 2, 3], mm_features=[],
+                                  sampling_params=SamplingParams(max_tokens=max_tokens), generator=None,
+                                  block_ids=([],), num_computed_tokens=0, output_token_ids=[4, 5])
+
+    assert remaining_tokens(state(10), num_tokens=5, max_model_len=100) == 8  # 2 of 10 emitted
+    assert remaining_tokens(state(10), num_tokens=5, max_model_len=7) == 2  # the model's length first
+    assert remaining_tokens(state(None), num_tokens=5, max_model_len=100) == 95
+    assert remaining_tokens(state(2), num_tokens=5, max_model_len=100) == 0
+    assert remaining_tokens(SimpleNamespace(sampling_params=None), num_tokens=5, max_model_len=100) is None
