@@ -61,7 +61,8 @@ def node_values(token_probs: Sequence[float | None], parents: Sequence[int], hea
     its own given the parent (a head node: `head_scale` × its head probability, capped at 1; a
     lookup node, marked by a negative probability: `lookup_rate`; a head node not drafted yet,
     marked None: `depth_rate(depth)`, its depth's measured rate). A node deeper than `max_depth`
-    is worth 0: the request ends before its token could be emitted."""
+    is worth 0: with `max_depth` + 1 tokens left, accepting it adds no token (the request ends
+    with the token after its parent)."""
     values = [1.0] * len(parents)
     depths = [0] * len(parents)
     for i in range(1, len(parents)):

@@ -87,8 +87,9 @@ class DraftRequest:
     """Heads with a prefix layer only: (position of the first, hidden states [k, H]) of the
     positions this step accepted, in order (after a prefill: the prompt's last one)."""
     remaining: int | None = None
-    """Tokens the request may still emit (its `max_tokens`, or the model's length, less what it
-    has, `root` included): the budget drafts no node deeper than remaining - 1. None: unknown."""
+    """Tokens the request may still emit: its `max_tokens` less its output so far (`root`
+    included), or the model's length less its tokens, whichever is smaller. The budget keeps no
+    node deeper than remaining - 1 (accepting it would add no token). None: unknown."""
 
 
 def remaining_tokens(request_state: Any, num_tokens: int, max_model_len: int) -> int | None:
