@@ -13,9 +13,10 @@
 #              server's tokens counted over the window), servers one after another, 3 rounds
 #   specbench: vLLM's client, 160 Spec-Bench test prompts per level in one go, servers one after
 #              another, 3 rounds
+#   sharegpt:  the same over 128 ShareGPT test prompts (the heads were trained on its train split)
 set -euo pipefail
 D=docs/results/serving/epyc_finish_weights
-STAGES=${STAGES:-"steady specbench makespan"}  # served1 served2: with weights.patch applied
+STAGES=${STAGES:-"steady specbench sharegpt makespan"}  # served1 served2: with weights.patch applied
 common=(--compare --dataset mt_bench --split test -n 46 --max-tokens 128 --no-progress --rounds 3 --interleave 2
         --concurrency 8,16 --client vllm --methods vllm,entmtp)
 for s in $STAGES; do
@@ -30,6 +31,8 @@ for s in $STAGES; do
               --max-tokens 128 --no-progress --rounds 3 --duration 60 --concurrency 8,16 --out $D/steady ;;
     specbench) .venv/bin/entmtp bench serve --compare --client vllm --dataset spec_bench --split test -n 160 \
                  --max-tokens 128 --no-progress --rounds 3 --concurrency 8,16 --out $D/specbench ;;
-    *) echo "unknown stage $s (served1, served2, makespan, steady, specbench)"; exit 1 ;;
+    sharegpt) .venv/bin/entmtp bench serve --compare --client vllm --dataset sharegpt --split test -n 128 \
+                --max-tokens 128 --no-progress --rounds 3 --concurrency 8,16 --out $D/sharegpt ;;
+    *) echo "unknown stage $s (served1, served2, makespan, steady, specbench, sharegpt)"; exit 1 ;;
   esac
 done
