@@ -60,6 +60,7 @@ def main() -> None:
             base = records[baseline]
             base_tps = sum(base["output_lens"]) / base["duration"]
             base_wave = wave_one(base, c) if base["num_prompts"] > c else None
+            base_done = max(end for _, end, _, _ in base_wave) if base_wave else None
             for method, record in records.items():
                 r = rows[method]
                 r["wall"].append(sum(record["output_lens"]) / record["duration"] / base_tps)
@@ -68,7 +69,6 @@ def main() -> None:
                 if base_wave is None:
                     continue
                 wave = wave_one(record, c)
-                base_done = max(end for _, end, _, _ in base_wave)
                 r["wave-1 done"].append(max(end for _, end, _, _ in wave) / base_done)
                 r["wave-1 behind"].append(sum(end > base_done + 0.01 for _, end, _, _ in wave))
                 long = [(out, itl) for _, _, out, itl in wave if out >= 128 and itl]
