@@ -168,12 +168,6 @@ class StepCostPrior(_Config):
     per_tree_token_ms: float = Field(1.0, ge=0.0)
     """Extra milliseconds per row of a branching tree (the tree-masked attention)."""
 
-    per_context_ms: float = Field(1.0, ge=0.0)
-    """Extra milliseconds per row for each 1000 tokens of context it attends to (attention reads
-    the request's whole KV cache, so a draft row of a long request costs more than one of a
-    short one). Measured at 1.5 ms on the 2-core AVX512-BF16 EPYC in bf16 with 2 threads, where
-    a row without context cost 0.9 ms (docs/results/serving/epyc_context_cost)."""
-
 
 class StepBudgetConfig(_Config):
     """The step budget: every step, draft tokens go to the requests where they are expected to

@@ -12,8 +12,7 @@ path of each node's chance given its parent (a head node: its head probability t
 engine's calibration scale, capped at 1; a prompt-lookup node: the request's lookup hit rate).
 `plan_budget` then keeps, for each request, a prefix of its tree in node order (a prefix in node
 order is a subtree), extending whichever request's next nodes add the most expected tokens per
-second of marginal step cost (a row of a request with a long context costs more: its attention
-reads more of the KV cache), and only while an extension raises the step's expected tokens per
+second of marginal step cost, and only while an extension raises the step's expected tokens per
 second: (E + gain) / (T + dT) > E / T, where E counts one token per request (the token every
 request emits anyway) plus the kept nodes' values, and T is the step-cost model's prediction.
 So trees shrink smoothly as the batch grows, confident requests keep drafting at any batch size,
@@ -54,9 +53,6 @@ class BudgetRequest:
     chain_nodes: int
     """The longest prefix of the draft nodes that forms a chain (a longer prefix branches: its
     rows pay the tree-attention cost)."""
-    context: float = 0.0
-    """Thousands of tokens the request's rows attend to (its tokens so far): each of its rows
-    costs the step-cost model's `row_seconds(context)`."""
 
 
 def node_values(token_probs: Sequence[float | None], parents: Sequence[int], head_scale: float, lookup_rate: float,
@@ -83,8 +79,8 @@ def node_values(token_probs: Sequence[float | None], parents: Sequence[int], hea
 
 
 def _prefix_cost(request: BudgetRequest, n: int, per_token: float, per_tree_token: float) -> float:
-    """Marginal seconds of drafting the first `n` nodes, each a row of `per_token` seconds (rows
-    of a branching prefix, its root included, pay the tree cost too)."""
+    """Marginal seconds of drafting the first `n` nodes (rows of a branching prefix, its root
+    included, pay the tree cost)."""
     tree_rows = n + 1 if n > request.chain_nodes else 0
     return per_token * n + per_tree_token * tree_rows
 
@@ -124,27 +120,20 @@ def plan_budget(requests: Sequence[BudgetRequest], cost: StepCostModel, spent: f
     kept = [0] * rows
     if not rows:
         return BudgetPlan(kept, 0.0, 0.0)
-    per_tree_token = float(cost.coefficients[3])
-    per_row = [cost.row_seconds(request.context) for request in requests]
+    _, _, per_token, per_tree_token = (float(c) for c in cost.coefficients)
     expected = float(rows)
-    base = seconds = _plain_step(requests, cost) + max(0.0, spent)
+    base = seconds = cost.cost(rows, rows, 0) + max(0.0, spent)
     heap = []
     for i, request in enumerate(requests):
-        _push_extension(heap, i, request, 0, per_row[i], per_tree_token)
+        _push_extension(heap, i, request, 0, per_token, per_tree_token)
     while heap:
         _, i, n, gain, extra = heap[0]
         if (expected + gain) * seconds <= expected * (seconds + extra):
             break  # the best extension no longer raises expected tokens per second: none does
         heapq.heappop(heap)
         kept[i], expected, seconds = n, expected + gain, seconds + extra
-        _push_extension(heap, i, requests[i], n, per_row[i], per_tree_token)
+        _push_extension(heap, i, requests[i], n, per_token, per_tree_token)
     return BudgetPlan(kept, expected - rows, seconds - base)
-
-
-def _plain_step(requests: Sequence[BudgetRequest], cost: StepCostModel) -> float:
-    """Predicted seconds of the step without drafts: one row per request."""
-    rows = len(requests)
-    return cost.cost(rows, rows, 0, sum(request.context for request in requests))
 
 
 def _push_extension(heap: list, i: int, request: BudgetRequest, kept: int, per_token: float,
@@ -168,7 +157,7 @@ def plan_deeper(known: Sequence[BudgetRequest], predicted: Sequence[BudgetReques
     rows = len(known)
     if not rows:
         return []
-    base = _plain_step(known, cost) + max(0.0, spent)
+    base = cost.cost(rows, rows, 0) + max(0.0, spent)
     stop = plan_budget(known, cost, spent)
     go = plan_budget(predicted, cost, spent + head_seconds)
     limits = [len(r.values) for r in known]
@@ -203,16 +192,15 @@ class DraftGate:
         self._explore_every = config.gate_explore_every
         self._by_batch: dict[int, _Drafting] = {}
 
-    def drafts(self, batch: int, cost: StepCostModel, context: float = 0.0) -> bool:
-        """Whether a step of `batch` requests (`context`: thousands of tokens they hold in all) runs
-        the heads (a skip is counted toward exploring)."""
+    def drafts(self, batch: int, cost: StepCostModel) -> bool:
+        """Whether a step of `batch` requests runs the heads (a skip is counted toward exploring)."""
         known = self._by_batch.get(batch)
         if known is None:
             return True
         if known.skipped + 1 >= self._explore_every:
             known.skipped = 0
             return True
-        step = cost.cost(batch, batch, 0, context)
+        step = cost.cost(batch, batch, 0)
         if known.gain * step > batch * (known.seconds + known.drafting):
             return True
         known.skipped += 1

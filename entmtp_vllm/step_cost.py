@@ -1,15 +1,13 @@
-"""`StepCostModel`: what one engine step costs, `cost(requests, tokens, tree_tokens, context)`,
-learnt from the engine's own steps.
+"""`StepCostModel`: what one engine step costs, `cost(requests, tokens, tree_tokens)`, learnt
+from the engine's own steps.
 
     model = StepCostModel(STEP_BUDGET)              # starts at the configured prior
-    model.observe(requests=8, tokens=20, tree_tokens=0, seconds=0.061, context=4.2)  # every decode step
-    model.cost(8, 24, 0, 4.9)                       # predicted seconds of a step with 4 more drafts
+    model.observe(requests=8, tokens=20, tree_tokens=0, seconds=0.061)   # after every decode step
+    model.cost(8, 24, 0)                            # predicted seconds of a step with 4 more drafts
 
 A linear model, seconds = fixed + per_request·requests + per_token·tokens + per_tree_token·tree_tokens
-+ per_context·context (`tokens`: rows the target computes, roots included; `tree_tokens`: rows of
-requests whose tree branches, which the CPU attention recomputes with a mask; `context`: thousands
-of tokens the rows attend to, each row counted with its request's tokens in the KV cache: a row of
-a 2000-token request reads twenty times the cache of a 100-token one). It is fitted by exponentially
+(`tokens`: rows the target computes, roots included; `tree_tokens`: rows of requests whose tree
+branches, which the CPU attention recomputes with a mask). It is fitted by exponentially
 forgetting least squares over the served steps (the last `memory` steps count most), with a
 ridge toward the prior scaled so that the prior holds each coefficient to within its own size
 against steps measured to within `noise_ms`: the first steps, and a batch that never varies
@@ -28,11 +26,11 @@ import numpy as np
 
 from entmtp_vllm.config import StepBudgetConfig
 
-_FEATURES = 5  # 1, requests, tokens, tree tokens, context
+_FEATURES = 4  # 1, requests, tokens, tree tokens
 
 
-def _row(requests: float, tokens: float, tree_tokens: float, context: float) -> np.ndarray:
-    return np.array([1.0, requests, tokens, tree_tokens, context])
+def _row(requests: float, tokens: float, tree_tokens: float) -> np.ndarray:
+    return np.array([1.0, requests, tokens, tree_tokens])
 
 
 def _nonnegative_solve(gram: np.ndarray, moment: np.ndarray) -> np.ndarray:
@@ -55,8 +53,7 @@ class StepCostModel:
     def __init__(self, config: StepBudgetConfig) -> None:
         self.config = config
         prior = config.prior
-        self.prior = np.array([prior.fixed_ms, prior.per_request_ms, prior.per_token_ms, prior.per_tree_token_ms,
-                               prior.per_context_ms]) / 1e3
+        self.prior = np.array([prior.fixed_ms, prior.per_request_ms, prior.per_token_ms, prior.per_tree_token_ms]) / 1e3
         # Ridge toward the prior, in the units of the data term: each coefficient's prior is
         # trusted to within its own size (at least 1 ms), against steps measured to within
         # `noise_ms`. The steps outweigh the prior wherever they vary a feature; a direction
@@ -69,34 +66,28 @@ class StepCostModel:
         self.steps = 0
         """Steps observed."""
         self.coefficients = self.prior.copy()
-        """Seconds: fixed, per request, per token, per tree token, per 1000 tokens of context."""
+        """Seconds: fixed, per request, per token, per tree token."""
 
-    def observe(self, requests: int, tokens: int, tree_tokens: int, seconds: float, context: float = 0.0) -> None:
-        """One measured step (`context`: thousands of tokens its rows attend to, summed over rows)."""
+    def observe(self, requests: int, tokens: int, tree_tokens: int, seconds: float) -> None:
+        """One measured step."""
         if requests <= 0 or seconds <= 0.0 or not np.isfinite(seconds):
             return
-        x = _row(requests, tokens, tree_tokens, context)
+        x = _row(requests, tokens, tree_tokens)
         self._gram = self._forget * self._gram + np.outer(x, x)
         self._moment = self._forget * self._moment + x * seconds
         self.steps += 1
         self.coefficients = _nonnegative_solve(self._gram + self._ridge, self._moment + self._ridge @ self.prior)
 
-    def cost(self, requests: int, tokens: int, tree_tokens: int = 0, context: float = 0.0) -> float:
+    def cost(self, requests: int, tokens: int, tree_tokens: int = 0) -> float:
         """Predicted seconds of a step with this shape."""
-        return float(self.coefficients @ _row(requests, tokens, tree_tokens, context))
-
-    def row_seconds(self, context: float) -> float:
-        """Marginal seconds of one more row (not of a branching tree) attending to `context`
-        thousand tokens."""
-        return float(self.coefficients[2] + self.coefficients[4] * context)
+        return float(self.coefficients @ _row(requests, tokens, tree_tokens))
 
     def as_dict(self) -> dict[str, float]:
-        fixed, per_request, per_token, per_tree_token, per_context = (float(c) * 1e3 for c in self.coefficients)
+        fixed, per_request, per_token, per_tree_token = (float(c) * 1e3 for c in self.coefficients)
         return {
             "steps": self.steps,
             "fixed_ms": fixed,
             "per_request_ms": per_request,
             "per_token_ms": per_token,
             "per_tree_token_ms": per_tree_token,
-            "per_context_ms": per_context,
         }

@@ -2,11 +2,11 @@
 rules, this file their state and the order they run in).
 
     planner = StepPlanner(config)                       # one per engine
-    if planner.heads_pay(batch, context):               # the gate, before any head call
+    if planner.heads_pay(batch):                        # the gate, before any head call
         planner.start_heads()                           # the first head level starts now
-        limit = planner.limit(trees, lookups, batch, started, remaining, contexts, context)
+        limit = planner.limit(trees, lookups, batch, started)
         drafts = drafter.draft_trees(steps, trees, lookup_tokens, limit=limit)
-        plan = planner.plan(drafts, trees, lookups, batch, spent, remaining, contexts, context)
+        plan = planner.plan(drafts, trees, lookups, batch, spent)
     planner.observe_step(seconds - drafting, shape)     # the cost model learns the step
     planner.calibration.observe(...)                    # verified trees: head and depth rates
 
@@ -61,39 +61,34 @@ class StepPlanner:
         """Seconds a head level of drafting took lately (online only)."""
         self._level_started = 0.0
 
-    def heads_pay(self, batch_size: int, context: float = 0.0) -> bool:
-        """Whether a step of `batch_size` requests holding `context` thousand tokens in all runs
-        the heads (`DraftGate`; always without one)."""
-        return self.gate is None or self.gate.drafts(batch_size, self.cost_model, context)
+    def heads_pay(self, batch_size: int) -> bool:
+        """Whether a step of `batch_size` requests runs the heads (`DraftGate`; always without one)."""
+        return self.gate is None or self.gate.drafts(batch_size, self.cost_model)
 
     def start_heads(self) -> None:
         """The step's first head level starts now (the limit times the levels from here)."""
         self._level_started = time.perf_counter()
 
     def candidate(self, token_probs: Sequence[float | None], buffers: TreeBuffers, lookup: LookupStats,
-                  remaining: int | None = None, context: float = 0.0) -> BudgetRequest:
+                  remaining: int | None = None) -> BudgetRequest:
         """A request's nodes as the budget sees them (`token_probs`: its draft's so far, a prefix
         in node order; a head node not drafted yet, None, valued at its depth's measured rate;
         `remaining`: tokens the request may still emit, None: unknown; a node deeper than
-        remaining - 1 is worth nothing, as the step emits the accepted nodes and one more;
-        `context`: thousands of tokens its rows attend to, which prices its rows)."""
+        remaining - 1 is worth nothing, as the step emits the accepted nodes and one more)."""
         config = self.config or STEP_BUDGET
         rate = lookup.token_rate(self.lookup_rate.rate, config.lookup_prior_weight) if buffers.lookup_nodes else 0.0
         values = node_values(token_probs, buffers.parent_list[: len(token_probs)], self.calibration.scale, rate,
                              self.calibration.depth_rate, None if remaining is None else remaining - 1)
-        return BudgetRequest(values, min(buffers.chain_nodes, len(values)), context)
+        return BudgetRequest(values, min(buffers.chain_nodes, len(values)))
 
     def limit(self, trees: list[TreeBuffers], lookups: list[LookupStats], batch_size: int, started: float,
-              remaining: Sequence[int | None] | None = None, contexts: Sequence[float] | None = None,
-              batch_context: float = 0.0) -> Limit:
+              remaining: Sequence[int | None] | None = None) -> Limit:
         """`draft_trees`' limit for this step: before each deeper head level, `plan_deeper` over
         what is drafted so far (`started`: when the step's drafting began, online the seconds
         since count as spent) and a head call of `level_seconds` per level still to draft
-        (`remaining`, `contexts`: per request, as in `candidate`; `batch_context`: thousands of
-        tokens the step's `batch_size` requests hold in all, those that draft nothing included)."""
+        (`remaining`: per request, the tokens it may still emit, as in `candidate`)."""
         deepest = max((buffers.head_depth for buffers in trees), default=0)
-        remaining = _per_request(len(trees), remaining, None, "remaining token counts")
-        contexts = _per_request(len(trees), contexts, 0.0, "contexts")
+        remaining = _remaining(len(trees), remaining)
 
         def limit(depth: int, probs: list[list[float | None]]) -> list[int]:
             now = time.perf_counter()
@@ -102,59 +97,49 @@ class StepPlanner:
                 known = self.level_seconds
                 self.level_seconds = level if known is None else known + (level - known) / LEVEL_MEMORY
             drafted, predicted = [], []
-            for token_probs, buffers, lookup, left, context in zip(probs, trees, lookups, remaining, contexts):
-                whole = self.candidate(token_probs, buffers, lookup, left, context)
+            for token_probs, buffers, lookup, left in zip(probs, trees, lookups, remaining):
+                whole = self.candidate(token_probs, buffers, lookup, left)
                 # the nodes before the first one not drafted yet: their values do not depend on it
                 known = next((i for i, p in enumerate(token_probs) if p is None), len(token_probs)) - 1
-                drafted.append(BudgetRequest(whole.values[:known], min(whole.chain_nodes, known), context))
+                drafted.append(BudgetRequest(whole.values[:known], min(whole.chain_nodes, known)))
                 predicted.append(whole)
             head_seconds = (deepest - depth + 1) * self.level_seconds if self.online else 0.0
             spent = now - started if self.online else 0.0
-            kept = plan_deeper(_padded(drafted, batch_size, batch_context),
-                               _padded(predicted, batch_size, batch_context), self.cost_model, spent, head_seconds)
+            kept = plan_deeper(_padded(drafted, batch_size), _padded(predicted, batch_size), self.cost_model, spent,
+                               head_seconds)
             self._level_started = time.perf_counter()
             return [n + 1 for n in kept[: len(trees)]]
 
         return limit
 
     def plan(self, drafts: list[Draft], trees: list[TreeBuffers], lookups: list[LookupStats], batch_size: int,
-             spent: float, remaining: Sequence[int | None] | None = None, contexts: Sequence[float] | None = None,
-             batch_context: float = 0.0) -> BudgetPlan:
+             spent: float, remaining: Sequence[int | None] | None = None) -> BudgetPlan:
         """The step's plan for its drafts (`spent`: seconds this step's drafting took; counted
-        online only; `remaining`, `contexts`, `batch_context`: as in `limit`)."""
-        remaining = _per_request(len(drafts), remaining, None, "remaining token counts")
-        contexts = _per_request(len(drafts), contexts, 0.0, "contexts")
-        candidates = [self.candidate(draft.token_probs, buffers, lookup, left, context)
-                      for draft, buffers, lookup, left, context in zip(drafts, trees, lookups, remaining, contexts)]
-        spent = spent if self.online else 0.0
-        plan = plan_budget(_padded(candidates, batch_size, batch_context), self.cost_model, spent)
+        online only; `remaining`: as in `limit`)."""
+        remaining = _remaining(len(drafts), remaining)
+        candidates = [self.candidate(draft.token_probs, buffers, lookup, left)
+                      for draft, buffers, lookup, left in zip(drafts, trees, lookups, remaining)]
+        plan = plan_budget(_padded(candidates, batch_size), self.cost_model, spent if self.online else 0.0)
         return BudgetPlan(plan.kept[: len(candidates)], plan.gain, plan.seconds)
 
-    def observe_step(self, seconds: float, shape: tuple[int, int, int, float]) -> bool:
-        """A decode-only step (requests, rows, tree rows, thousands of context tokens over its
-        rows) that took `seconds` without its drafting; learnt by the cost model unless the budget
-        is pinned. Whether it was learnt."""
+    def observe_step(self, seconds: float, shape: tuple[int, int, int]) -> bool:
+        """A decode-only step (requests, rows, tree rows) that took `seconds` without its
+        drafting; learnt by the cost model unless the budget is pinned. Whether it was learnt."""
         if self.config is not None and not self.config.online:
             return False
-        requests, rows, tree_rows, context = shape
-        self.cost_model.observe(requests, rows, tree_rows, seconds, context)
+        self.cost_model.observe(*shape, seconds)
         return True
 
 
-def _per_request(count: int, values: Sequence | None, default, name: str) -> list:
-    """`values` for `count` requests (None: `default` for each)."""
-    if values is None:
-        return [default] * count
-    if len(values) != count:
-        raise ValueError(f"{count} requests but {len(values)} {name}")
-    return list(values)
+def _remaining(count: int, remaining: Sequence[int | None] | None) -> list[int | None]:
+    """Per request, the tokens it may still emit (None: unknown), `count` of them."""
+    if remaining is None:
+        return [None] * count
+    if len(remaining) != count:
+        raise ValueError(f"{count} requests but {len(remaining)} remaining token counts")
+    return list(remaining)
 
 
-def _padded(candidates: list[BudgetRequest], batch_size: int, batch_context: float = 0.0) -> list[BudgetRequest]:
-    """Requests that draft nothing this step (None in) still take a row each, attending to what
-    of `batch_context` the candidates do not hold (shared evenly)."""
-    missing = batch_size - len(candidates)
-    if missing <= 0:
-        return candidates
-    rest = max(0.0, batch_context - sum(c.context for c in candidates)) / missing
-    return candidates + [BudgetRequest((), 0, rest)] * missing
+def _padded(candidates: list[BudgetRequest], batch_size: int) -> list[BudgetRequest]:
+    """Requests that draft nothing this step (None in) still take a row each."""
+    return candidates + [BudgetRequest((), 0)] * max(0, batch_size - len(candidates))

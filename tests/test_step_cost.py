@@ -51,20 +51,3 @@ def test_ignores_bad_measurements():
     model.observe(2, 4, 0, float("nan"))
     model.observe(2, 4, 0, -1.0)
     assert model.steps == 0
-
-
-def test_online_fit_learns_what_a_row_of_context_costs():
-    """Steps whose rows attend to 0.1-3 thousand tokens each: the fit finds the cost per row per
-    thousand tokens, and `row_seconds` prices a row by its context."""
-    rng = np.random.default_rng(3)
-    true_ms = np.array([20.0, 0.0, 0.9, 0.0, 1.5])
-    model = StepCostModel(StepBudgetConfig())
-    for _ in range(400):
-        requests = int(rng.integers(1, 17))
-        tokens = requests + int(rng.integers(0, 2 * requests + 1))
-        context = tokens * float(rng.uniform(0.1, 3.0))
-        seconds = (true_ms @ np.array([1, requests, tokens, 0, context])) / 1e3 * (1 + 0.03 * rng.standard_normal())
-        model.observe(requests, tokens, 0, seconds, context)
-    assert model.as_dict()["per_context_ms"] == pytest.approx(1.5, rel=0.1)
-    assert model.row_seconds(2.0) == pytest.approx((0.9 + 1.5 * 2.0) / 1e3, rel=0.1)
-    assert model.cost(16, 32, 0, 32.0) == pytest.approx((20.0 + 0.9 * 32 + 1.5 * 32) / 1e3, rel=0.05)

@@ -51,23 +51,6 @@ def test_the_plan_and_what_the_cost_model_learns():
     drafts = [Draft(torch.tensor([5, 6, 7, 8]), None, (1.0, 0.99, 0.99, 0.99)), Draft(torch.tensor([5, 6]), None, (1.0, 0.01))]
     kept = plan.plan(drafts, [CHAIN, CHAIN], [LookupStats(), LookupStats()], batch_size=3, spent=0.0).kept
     assert kept[0] == 3 and kept[1] == 0  # a prefix of what was drafted, the unsure node cut
-    assert not plan.observe_step(0.05, (3, 4, 0, 0.5)) and plan.cost_model.steps == 0  # pinned: learns nothing
+    assert not plan.observe_step(0.05, (3, 4, 0)) and plan.cost_model.steps == 0  # pinned: learns nothing
     online = planner(online=True)
-    assert online.observe_step(0.05, (3, 4, 0, 0.5)) and online.cost_model.steps == 1
-
-
-def test_contexts_price_the_rows_and_the_requests_that_draft_nothing_count_in_the_step():
-    """The same sure drafts for two requests, one holding 3000 tokens: with a context cost the
-    long one keeps fewer nodes. The step the plan divides by counts the context of the requests
-    that draft nothing (`batch_context`), so a dearer batch leaves more room to draft."""
-    prior = StepCostPrior(fixed_ms=10.0, per_request_ms=0.0, per_token_ms=0.5, per_tree_token_ms=0.0, per_context_ms=2.0)
-    plan = StepPlanner(StepBudgetConfig(prior=prior, online=False))
-    draft = Draft(torch.tensor([5, 6, 7, 8]), None, (1.0, 0.7, 0.5, 0.4))
-    args = ([draft, draft], [CHAIN, CHAIN], [LookupStats(), LookupStats()])
-    kept = plan.plan(*args, batch_size=2, spent=0.0, contexts=[3.0, 0.1], batch_context=3.1).kept
-    assert kept[0] < kept[1]
-    alone = plan.plan(*args, batch_size=8, spent=0.0, contexts=[3.0, 0.1], batch_context=3.1).kept
-    crowded = plan.plan(*args, batch_size=8, spent=0.0, contexts=[3.0, 0.1], batch_context=20.0).kept
-    assert sum(crowded) > sum(alone)
-    with pytest.raises(ValueError, match="2 requests but 1 contexts"):
-        plan.plan(*args, batch_size=2, spent=0.0, contexts=[3.0])
+    assert online.observe_step(0.05, (3, 4, 0)) and online.cost_model.steps == 1

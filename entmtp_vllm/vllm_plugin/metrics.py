@@ -26,7 +26,7 @@ of the step time.
 step's output instead of a `take_draft_token_ids` round trip (`draft_handoff.py`).
 
 `entmtp_step_cost_ms{coefficient}` is the step-cost model the step budget plans with (fixed,
-per_request, per_token, per_tree_token, per_context milliseconds), refreshed every 64 learnt steps.
+per_request, per_token, per_tree_token milliseconds), refreshed every 64 learnt steps.
 
 One gauge, `entmtp_active_requests`, is the number of requests the proposer holds per-request
 state for (policy state + feature tracker); the proposer sets it whenever that state changes. It

@@ -90,9 +90,6 @@ class DraftRequest:
     """Tokens the request may still emit: its `max_tokens` less its output so far (`root`
     included), or the model's length less its tokens, whichever is smaller. The budget keeps no
     node deeper than remaining - 1 (accepting it would add no token). None: unknown."""
-    num_tokens: int = 0
-    """The request's tokens so far (prompt + output, `root` included): what its draft rows attend
-    to, which the budget prices them by (0: unknown, priced as a short request)."""
 
 
 def remaining_tokens(request_state: Any, num_tokens: int, max_model_len: int) -> int | None:
@@ -287,12 +284,9 @@ class EntMTPProposer:
         if self.drafts_nothing(batch_size):  # the explicit batch fallback: plain decoding
             self._count("fallback_steps", sum(r is not None for r in requests))
             return proposals
-        live = [i for i, request in enumerate(requests) if request is not None]
-        contexts = [requests[i].num_tokens / 1e3 for i in live]  # thousands of tokens: the rows' price
-        batch_context = sum(contexts)
         # The gate keeps the heads from running where they have not paid lately; prompt-lookup
         # trees (copied tokens, no head call) still draft, and the budget still judges them.
-        heads_pay = self.planner.heads_pay(batch_size, batch_context)
+        heads_pay = self.planner.heads_pay(batch_size)
         if not heads_pay:
             self._count("gate_skips")
             if self.policy.heads_read:  # the policy itself would call the heads to choose
@@ -300,6 +294,7 @@ class EntMTPProposer:
                 return proposals
         use_fallback = self.fallback_max_batch is not None and batch_size > self.fallback_max_batch
         fallback_tree = self.fallback_tree if use_fallback else None  # this step's tree for every request
+        live = [i for i, request in enumerate(requests) if request is not None]
         found = [self._lookup(requests[i]) for i in live]
         # Under the fallback only the best matches draft (the policy still sees them all).
         matches = self._fallback_matches(found) if fallback_tree is not None else found
@@ -332,21 +327,17 @@ class EntMTPProposer:
         trees = [self.bank.buffers(index, self.device, lookup_length=len(m.tokens)) for index, m in zip(indices, matches)]
         if not heads_pay:  # only lookup-only trees with a match draft this step
             copies = [k for k, buffers in enumerate(trees) if buffers.num_nodes > 1 and buffers.head_depth == 0]
-            live, steps, states, indices, trees, matches, remaining, contexts = (
-                [values[k] for k in copies]
-                for values in (live, steps, states, indices, trees, matches, remaining, contexts)
+            live, steps, states, indices, trees, matches, remaining = (
+                [values[k] for k in copies] for values in (live, steps, states, indices, trees, matches, remaining)
             )
         # Top-k drafting (and copying) is deterministic: the lossless rule then needs no draft
         # distributions (q is the one-hot on each drafted token).
         lookups = [state.lookup for state in states]
-        limit = None
-        if self.budget is not None:
-            limit = self.planner.limit(trees, lookups, batch_size, started, remaining, contexts, batch_context)
+        limit = self.planner.limit(trees, lookups, batch_size, started, remaining) if self.budget is not None else None
         drafts = self.drafter.draft_trees(steps, trees, [m.tokens for m in matches], limit=limit)
         plan = None
         if self.budget is not None:
-            plan = self.planner.plan(drafts, trees, lookups, batch_size, time.perf_counter() - started, remaining,
-                                     contexts, batch_context)
+            plan = self.planner.plan(drafts, trees, lookups, batch_size, time.perf_counter() - started, remaining)
         kept = plan.kept if plan is not None else [buffers.num_nodes - 1 for buffers in trees]
         used: dict[int, int] = {}  # bank index: requests that drafted it
         shapes: set[str] = set()
@@ -404,10 +395,9 @@ class EntMTPProposer:
             self.lookup_rate.observe(tried, hits)
             self._count("lookup_unverified", tried)
 
-    def record_step_time(self, seconds: float, shape: tuple[int, int, int, float] | None) -> None:
-        """A timed engine step; `shape` (requests, rows, tree rows, thousands of context tokens
-        over its rows: `StepPlan.context`) when it was decode-only, which the step-cost model
-        learns from, less the drafting the step did."""
+    def record_step_time(self, seconds: float, shape: tuple[int, int, int] | None) -> None:
+        """A timed engine step; `shape` (requests, rows, tree rows) when it was decode-only,
+        which the step-cost model learns from, less the drafting the step did."""
         self._count("steps_timed")
         self._count("step_seconds", seconds)
         drafting, self._drafting_seconds = self._drafting_seconds, 0.0

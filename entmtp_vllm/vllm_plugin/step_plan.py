@@ -61,12 +61,6 @@ class StepPlan:
     first accepted row and the token rows of its accepted nodes (root first; after a prefill,
     the chunk's last row)."""
 
-    @property
-    def context(self) -> float:
-        """Thousands of tokens the step's rows attend to: each row counted with its request's
-        tokens in the KV cache before the step (the step-cost model's context)."""
-        return float((np.diff(self.starts) * self.prefix_lens[: self.num_reqs]).sum()) / 1e3
-
 
 def core_params(sampling_params) -> SamplingParams:
     """vLLM's per-request sampling parameters as the core's (temperature, top-k, top-p); one

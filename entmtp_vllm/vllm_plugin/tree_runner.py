@@ -98,7 +98,7 @@ class TreeRunnerMixin:
         """When the step being run entered `execute_model` (perf_counter seconds)."""
         self._entmtp_last_end = float("-inf")
         """When the previous timed step ended."""
-        self._entmtp_shape: tuple[int, int, int, float] | None = None
+        self._entmtp_shape: tuple[int, int, int] | None = None
         """(requests, rows, tree rows) of the step being run when it is decode-only."""
         self._entmtp_sampled = SampledRows()
         """Sampled requests' processed rows at verification (a buffer kept across steps)."""
@@ -177,7 +177,7 @@ class TreeRunnerMixin:
             started = time.perf_counter()
             plan = self._entmtp_plan = self._plan_step(scheduler_output, num_scheduled_tokens)
             if plan.decode_only:
-                self._entmtp_shape = (plan.num_reqs, int(plan.starts[-1]), plan.tree_tokens, plan.context)
+                self._entmtp_shape = (plan.num_reqs, int(plan.starts[-1]), plan.tree_tokens)
             self._timed("plan", started)
         return result
 
@@ -419,8 +419,16 @@ class TreeRunnerMixin:
     # ------------------------------------------------------------------ drafting
 
     def propose_draft_token_ids(
-        self, scheduler_output, sampled_token_ids, sampling_metadata, hidden_states, sample_hidden_states,
-        aux_hidden_states, spec_decode_metadata, common_attn_metadata, slot_mappings,
+        self,
+        scheduler_output,
+        sampled_token_ids,
+        sampling_metadata,
+        hidden_states,
+        sample_hidden_states,
+        aux_hidden_states,
+        spec_decode_metadata,
+        common_attn_metadata,
+        slot_mappings,
     ):
         drafter = self._entmtp
         plan = self._entmtp_plan
@@ -466,7 +474,6 @@ class TreeRunnerMixin:
                     context=token_ids[i, : int(lengths[i])] if want_context else None,
                     observed=observed,
                     remaining=remaining_tokens(self.requests[req_id], int(lengths[i]), self.max_model_len),
-                    num_tokens=int(lengths[i]),
                 )
             )
         started = time.perf_counter()

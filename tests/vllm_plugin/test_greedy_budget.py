@@ -20,8 +20,7 @@ def llm(model_path, heads_folder):
         "bank": "full:2,2",  # node order (0), (1), (0,0), (0,1), (1,0), (1,1): one node is a chain
         # a pinned cost model (not learnt from this machine's steps): the same plan on any machine
         "budget": {"online": False,
-                   "prior": {"fixed_ms": 30.0, "per_request_ms": 1.0, "per_token_ms": 0.5, "per_tree_token_ms": 0.0,
-                             "per_context_ms": 0.0}},
+                   "prior": {"fixed_ms": 30.0, "per_request_ms": 1.0, "per_token_ms": 0.5, "per_tree_token_ms": 0.0}},
     }
     engine = make_llm(model_path, settings, num_speculative_tokens=6)
     yield engine
@@ -38,7 +37,7 @@ def test_budgeted_mixed_batch_keeps_greedy_output(llm, chat_prompts, reference_i
     assert counters["budget_cut_nodes"] > 0 and counters["budget_empty"] > 0, counters
     assert 0 < counters["accepted_tokens"] <= counters["drafted_nodes"], counters
     assert counters["step_cost"]["steps"] == 0, counters  # pinned: nothing learnt
-    assert counters["step_cost"]["per_token_ms"] == 0.5 and counters["step_cost"]["per_context_ms"] == 0.0, counters
+    assert counters["step_cost"]["per_token_ms"] == 0.5, counters
     assert counters["steps_timed"] > 0, counters
     assert set(counters["overhead_seconds"]) >= {"plan", "verify", "draft"}, counters
     assert sum(counters["overhead_seconds"].values()) < counters["step_seconds"], counters

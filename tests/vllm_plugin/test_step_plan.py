@@ -1,9 +1,7 @@
-"""Tests for entmtp_vllm/vllm_plugin/step_plan.py: vLLM's sampling parameters as the core's, and
-the step's context for the step-cost model."""
+"""Tests for entmtp_vllm/vllm_plugin/step_plan.py: vLLM's sampling parameters as the core's."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 pytest.importorskip("vllm")
@@ -11,7 +9,7 @@ pytest.importorskip("vllm")
 from vllm import SamplingParams as VllmSamplingParams  # noqa: E402
 
 from entmtp_vllm.config import SamplingParams  # noqa: E402
-from entmtp_vllm.vllm_plugin.step_plan import StepPlan, core_params  # noqa: E402
+from entmtp_vllm.vllm_plugin.step_plan import core_params  # noqa: E402
 
 
 def test_core_params_read_temperature_top_k_and_top_p() -> None:
@@ -30,11 +28,3 @@ def test_core_params_share_one_value_per_setting() -> None:
     assert core_params(None) is core_params(VllmSamplingParams(temperature=0.0))
     with pytest.raises(Exception):
         first.temperature = 1.0  # frozen: sharing it is safe
-
-
-def test_the_steps_context_counts_each_row_with_its_requests_cache() -> None:
-    """3 requests: a root alone at 100 cached tokens, a root + 3 drafts at 2000, a root + 1 at 500:
-    (1 x 100 + 4 x 2000 + 2 x 500) / 1000 thousand tokens; the batch's spare slots are not read."""
-    starts = np.array([0, 1, 5, 7])
-    plan = StepPlan(3, starts, [None] * 3, [], np.array([100, 2000, 500, 7777]), None)
-    assert plan.context == pytest.approx(9.1)

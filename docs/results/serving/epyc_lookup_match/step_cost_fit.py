@@ -28,7 +28,7 @@ _record = EntMTPProposer.record_step_time
 def _reading_record(self, seconds, shape):
     if shape is not None:
         drafting = self._drafting_seconds
-        _steps.append((*shape[:3], seconds - drafting, self.cost_model.cost(*shape), drafting))
+        _steps.append((*shape, seconds - drafting, self.cost_model.cost(*shape), drafting))
     return _record(self, seconds, shape)
 
 
