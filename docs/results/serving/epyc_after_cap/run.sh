@@ -6,6 +6,7 @@
 #   vllm: greedy, vLLM's own client (`vllm bench serve`), concurrency 1, 4, 8, 16
 #   t07:  T=0.7, this project's client, concurrency 1 and 8
 #   greedy: greedy, this project's client, concurrency 8 and 16 (where the targets are closest)
+#   greedy14: the same at concurrency 1 and 4
 set -euo pipefail
 D=docs/results/serving/epyc_after_cap
 STAGES=${STAGES:-"vllm t07"}
@@ -15,6 +16,7 @@ for s in $STAGES; do
     vllm) .venv/bin/entmtp bench serve "${common[@]}" --concurrency 1,4,8,16 --client vllm --out $D/vllm_client ;;
     t07) .venv/bin/entmtp bench serve "${common[@]}" --concurrency 1,8 --temperature 0.7 --out $D/t07 ;;
     greedy) .venv/bin/entmtp bench serve "${common[@]}" --concurrency 8,16 --out $D/greedy ;;
-    *) echo "unknown stage $s (vllm, t07, greedy)"; exit 1 ;;
+    greedy14) .venv/bin/entmtp bench serve "${common[@]}" --concurrency 1,4 --out $D/greedy_1_4 ;;
+    *) echo "unknown stage $s (vllm, t07, greedy, greedy14)"; exit 1 ;;
   esac
 done
