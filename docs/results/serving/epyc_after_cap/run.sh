@@ -9,7 +9,7 @@
 #   greedy14: the same at concurrency 1 and 4
 set -euo pipefail
 D=docs/results/serving/epyc_after_cap
-STAGES=${STAGES:-"vllm t07"}
+STAGES=${STAGES:-"vllm t07 greedy greedy14"}  # the order they ran in
 common=(--compare --dataset mt_bench --split test -n 46 --max-tokens 128 --no-progress --rounds 3 --interleave 4)
 for s in $STAGES; do
   case $s in

@@ -31,8 +31,6 @@ _record = EntMTPProposer.record_step_time
 
 def _reading_record(self, seconds, shape):
     if shape is not None:
-        if len(shape) != 4:
-            sys.exit("context_fit.py: this code's step shape has no context: run it with 5ff2396 first on PYTHONPATH")
         _steps.append((*shape, seconds - self._drafting_seconds))
     return _record(self, seconds, shape)
 
@@ -52,6 +50,8 @@ def main() -> None:
     EntMTPProposer.record_step_time = _reading_record
     llm = in_process_engine(seqs, "entmtp")
     run = timed_generate(llm, chat_prompts(llm, dataset, "test", n))
+    if any(len(step) != 5 for step in _steps):  # requests, rows, tree rows, context, seconds
+        sys.exit("context_fit.py: this code's step shape has no context: run it with 5ff2396 first on PYTHONPATH")
     steps = np.array(_steps)[len(_steps) // 5:]
     if len(steps) < 20:
         sys.exit(f"context_fit.py: only {len(steps)} decode-only steps recorded, too few to fit")
