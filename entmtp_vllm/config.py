@@ -247,3 +247,23 @@ class CpuGemmConfig(_Config):
 
 
 CPU_GEMM = CpuGemmConfig()
+
+
+class CpuRowsAttentionConfig(_Config):
+    """EntMTP's CPU attention for the requests that verify drafts (`entmtp_vllm/cpu_attention`):
+    each such request's K and V are read once for all its rows, where vLLM's CPU op reads them
+    once per row, and trees take their masks in the same pass. Built at first use with the
+    system's C++ compiler; float32 needs AVX2 + FMA, bf16 AVX512-BF16. Elsewhere, and for
+    requests it does not take, vLLM's own op runs."""
+
+    env: str = "ENTMTP_CPU_ROWS_ATTENTION"
+    """Environment variable that turns it off inside vLLM's processes (`off`); unset or anything
+    else: on where it can run."""
+
+    max_rows: int = Field(64, ge=2, le=64)
+    """Requests with 2 to this many rows in a step (a root and its drafts, or a short prefill
+    chunk) take the kernel; a step with a larger tree keeps vLLM's op and the tree recompute.
+    64 is the most a row's visibility mask holds."""
+
+
+CPU_ROWS_ATTENTION = CpuRowsAttentionConfig()

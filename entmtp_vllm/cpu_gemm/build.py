@@ -37,22 +37,28 @@ def find_compiler() -> str | None:
     return None
 
 
-def library_path() -> Path:
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:16]
-    return EMBEDDED_MODEL.cache_dir() / "cpu_gemm" / digest / "libentmtp_packed_gemm.so"
+def library_path(source: Path = SOURCE, flags: tuple[str, ...] = FLAGS, name: str = "libentmtp_packed_gemm.so") -> Path:
+    """Where `source` built with `flags` is kept: one file per source version, flags and machine."""
+    digest = hashlib.sha256(source.read_bytes() + " ".join(flags).encode()).hexdigest()[:16]
+    return EMBEDDED_MODEL.cache_dir() / source.parent.name / digest / name
 
 
-def _compile(target: Path) -> None:
+def _compile(target: Path, source: Path = SOURCE, flags: tuple[str, ...] = FLAGS, libraries: tuple[str, ...] = ()) -> None:
+    """Build `source` into `target`, or CpuGemmUnavailable with the compiler's first error line.
+    Used for every C++ file of the package that is compiled at first use (the packed matrix
+    multiply, `entmtp_vllm/cpu_attention`)."""
     compiler = find_compiler()
     if compiler is None:
         raise CpuGemmUnavailable("no C++ compiler found (set CXX, or install g++)")
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         out = Path(tmp) / target.name
-        proc = subprocess.run([compiler, *FLAGS, str(SOURCE), "-o", str(out)], capture_output=True, text=True)
+        proc = subprocess.run(
+            [compiler, *flags, str(source), "-o", str(out), *libraries], capture_output=True, text=True
+        )
         if proc.returncode != 0:
             first = (proc.stderr.strip().splitlines() or ["no output"])[0]
-            raise CpuGemmUnavailable(f"{compiler} could not build {SOURCE.name}: {first}")
+            raise CpuGemmUnavailable(f"{compiler} could not build {source.name}: {first}")
         os.replace(out, target)  # atomic: a concurrent process sees the old file or the whole new one
 
 

@@ -39,6 +39,7 @@ from vllm.v1.attention.backends.cpu_attn import (
 )
 
 from entmtp_vllm.errors import EntMTPError
+from entmtp_vllm.vllm_plugin.cpu_rows import split_forward, step_plan
 from entmtp_vllm.vllm_plugin.tree_step import TreeStep, tree_step_of
 
 BACKEND_PATH = "entmtp_vllm.vllm_plugin.attention.TreeCPUAttentionBackend"
@@ -268,10 +269,16 @@ def _layer_tree_step(layer) -> TreeStep | None:
 
 
 class TreeCPUAttentionImpl(CPUAttentionBackendImpl):
-    """The stock CPU impl, plus tree rows and K/V capture when a tree step is announced."""
+    """The stock CPU impl, plus tree rows and K/V capture when a tree step is announced; in
+    EntMTP's steps the requests with a few rows take EntMTP's rows attention (`cpu_rows.py`)."""
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale=None,
                 output_block_scale=None):
+        if attn_metadata is not None and self.attn_type == AttentionType.DECODER and output_scale is None:
+            plan = step_plan(self, layer, attn_metadata, kv_cache)
+            if plan is not None:
+                split_forward(self, layer, plan, query, kv_cache, output)
+                return output
         result = super().forward(
             layer, query, key, value, kv_cache, attn_metadata, output, output_scale, output_block_scale
         )
