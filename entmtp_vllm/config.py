@@ -254,11 +254,13 @@ class CpuRowsAttentionConfig(_Config):
     each such request's K and V are read once for all its rows, where vLLM's CPU op reads them
     once per row, and trees take their masks in the same pass. Built at first use with the
     system's C++ compiler; float32 needs AVX2 + FMA, bf16 AVX512-BF16. Elsewhere, and for
-    requests it does not take, vLLM's own op runs."""
+    requests it does not take, vLLM's own op runs. Off by default: per call it is cheaper than
+    vLLM's op, but served in process at 16 requests it did not make EntMTP faster (the step
+    budget drafted more and the steps grew; docs/results/serving/epyc_attention_rows)."""
 
     env: str = "ENTMTP_CPU_ROWS_ATTENTION"
-    """Environment variable that turns it off inside vLLM's processes (`off`); unset or anything
-    else: on where it can run."""
+    """Environment variable that turns it on inside vLLM's processes (`on`); unset or anything
+    else: vLLM's op for every request, and the torch recompute for tree rows."""
 
     max_rows: int = Field(64, ge=2, le=64)
     """Requests with 2 to this many rows in a step (a root and its drafts, or a short prefill

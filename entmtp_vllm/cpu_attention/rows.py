@@ -5,7 +5,8 @@ vLLM's CPU op (`cpu_attention_with_kv_cache`) reads a request's K and V once per
 the 2-core EPYC a verified draft row cost about as much attention as a root row, 0.3-1.1 ms a
 step at 512-1024 tokens of context over 30 layers (docs/results/serving/epyc_attention_rows).
 `rows_attention.cpp` is compiled at first use (`entmtp_vllm/cpu_gemm/build.py`) and called with
-ctypes on vLLM's `vec` cache layout: float32 with AVX2 + FMA, bf16 with AVX512-BF16.
+ctypes on vLLM's `vec` cache layout: float32 with AVX2 + FMA, bf16 with AVX512-BF16. The plugin
+uses it only when `$ENTMTP_CPU_ROWS_ATTENTION=on` (`enabled`).
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ NEEDS = {torch.float32: ({"avx2", "fma"}, 8), torch.bfloat16: ({"avx512f", "avx5
 
 
 def enabled() -> bool:
-    """Not turned off with `$ENTMTP_CPU_ROWS_ATTENTION=off`."""
-    return os.environ.get(CPU_ROWS_ATTENTION.env, "").strip().lower() != "off"
+    """Turned on with `$ENTMTP_CPU_ROWS_ATTENTION=on` (off by default, `CPU_ROWS_ATTENTION`)."""
+    return os.environ.get(CPU_ROWS_ATTENTION.env, "").strip().lower() == "on"
 
 
 def unsupported(dtype: torch.dtype, head_dim: int, block_size: int) -> str | None:

@@ -7,7 +7,8 @@ rows get their ancestor masks in the same pass (no torch recompute). Every other
 row, or a longer prefill chunk) goes through vLLM's own op, as a sub-batch with its own scheduler
 metadata. The plan is built once per step, by the first layer, and kept on the step's attention
 metadata. Only EntMTP's runner marks a step's metadata (`TREE_STEP_ATTR`), so servers without
-EntMTP (vLLM without speculation, ngram) never take this path.
+EntMTP (vLLM without speculation, ngram) never take this path. Off unless
+`ENTMTP_CPU_ROWS_ATTENTION=on` (see `CpuRowsAttentionConfig`).
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def _visible(step: TreeStep | None, starts: torch.Tensor, counts: torch.Tensor, 
 
 def build_plan(impl, layer, metadata, kv_cache: torch.Tensor) -> RowsPlan | None:
     """This step's split, or None where vLLM's op takes every request: no EntMTP runner, the
-    kernel off or unable to run here, nothing with 2 or more rows, or a tree too large for it."""
+    kernel not turned on or unable to run here, nothing with 2 or more rows, or a tree too large for it."""
     if TREE_STEP_ATTR not in vars(metadata) or not rows.enabled():
         return None
     if getattr(layer, "isa", None) != "vec" or impl.sliding_window != -1 or impl.alibi_slopes is not None:

@@ -57,7 +57,7 @@ def _kernel_here(monkeypatch):
     reason = rows.unsupported(torch.float32, HEAD_DIM, BLOCK) or rows.load_library()[1]
     if reason:
         pytest.skip(reason)
-    monkeypatch.delenv(CPU_ROWS_ATTENTION.env, raising=False)
+    monkeypatch.setenv(CPU_ROWS_ATTENTION.env, "on")
 
 
 def test_requests_with_a_few_rows_take_the_kernel_and_the_rest_vllms_op():
@@ -88,13 +88,13 @@ def test_a_64th_row_sees_every_row_before_it():
 
 @pytest.mark.parametrize(
     "case",
-    ["not EntMTP's step", "turned off", "one row each", "tree too large", "other layout", "sliding window", "fp16"],
+    ["not EntMTP's step", "not turned on", "one row each", "tree too large", "other layout", "sliding window", "fp16"],
 )
 def test_vllms_op_keeps_the_step(case, monkeypatch):
     impl, layer = _impl(), SimpleNamespace(isa="vec")
     metadata, cache = _metadata([1, 3], [10, 10], entmtp=case != "not EntMTP's step")
-    if case == "turned off":
-        monkeypatch.setenv(CPU_ROWS_ATTENTION.env, "off")
+    if case == "not turned on":
+        monkeypatch.delenv(CPU_ROWS_ATTENTION.env)
     elif case == "one row each":
         metadata, cache = _metadata([1, 1], [10, 10])
     elif case == "tree too large":
