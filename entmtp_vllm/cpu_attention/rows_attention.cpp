@@ -29,6 +29,16 @@ inline void prefetch_block(const char* p, long bytes) {
   for (long off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
 }
 
+// KV head h of block b of request r: K^T [D][BS], then V [BS][D]; fetches block b + 1's meanwhile.
+template <typename T>
+inline const T* head_block(const Batch& B, const T* cache, int r, int b, int h, int nblocks) {
+  const long head_stride = (long)B.BS * 2 * B.D, block_stride = head_stride * B.Hkv;
+  if (b + 1 < nblocks)
+    prefetch_block((const char*)(cache + (long)B.block_table[r * B.table_stride + b + 1] * block_stride + h * head_stride),
+                   head_stride * (long)sizeof(T));
+  return cache + (long)B.block_table[r * B.table_stride + b] * block_stride + h * head_stride;
+}
+
 // Scores of this step's rows that may not see a new row: -1e30 (exp gives 0).
 inline void mask_new_rows(const Batch& B, float* s, int b, int n, int ctx, int rows, long row0, int group) {
   for (int t = std::max(ctx - b * B.BS, 0); t < n; t++) {
@@ -74,7 +84,6 @@ inline void write_rows(const Batch& B, T* out, const std::vector<float>& acc, co
 
 void attend_f32(const Batch& B, const float* query, const float* cache, float* out) {
   const int group = B.H / B.Hkv, D = B.D, BS = B.BS;
-  const long head_stride = (long)BS * 2 * D, block_stride = head_stride * B.Hkv;
 #pragma omp parallel
   {
     std::vector<float> q, s, acc, m, l;
@@ -92,12 +101,9 @@ void attend_f32(const Batch& B, const float* query, const float* cache, float* o
             q[((size_t)i * group + k) * D + d] = query[(row0 + i) * B.q_stride + (long)(h * group + k) * D + d] * B.scale;
       const int nblocks = (len + BS - 1) / BS;
       for (int b = 0; b < nblocks; b++) {
-        const float* kt = cache + (long)B.block_table[r * B.table_stride + b] * block_stride + h * head_stride;
+        const float* kt = head_block(B, cache, r, b, h, nblocks);
         const float* v = kt + (long)D * BS;
         const int n = std::min(BS, len - b * BS);
-        if (b + 1 < nblocks)
-          prefetch_block((const char*)(cache + (long)B.block_table[r * B.table_stride + b + 1] * block_stride + h * head_stride),
-                         head_stride * (long)sizeof(float));
         for (int t = 0; t < n; t += 16) {  // 4 query vectors x 16 tokens
           for (int g = 0; g < G; g += 4) {
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
@@ -149,7 +155,6 @@ inline __m512 bf16x16(const uint16_t* p) {
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 void attend_bf16(const Batch& B, const uint16_t* query, const uint16_t* cache, uint16_t* out) {
   const int group = B.H / B.Hkv, D = B.D, BS = B.BS, P = D / 2;
-  const long head_stride = (long)BS * 2 * D, block_stride = head_stride * B.Hkv;
   alignas(64) uint16_t order[32];  // interleaves rows d and d+1 of K^T: (k[d][t], k[d+1][t]) pairs
   for (int i = 0; i < 16; i++) { order[2 * i] = i; order[2 * i + 1] = 32 + i; }
   const __m512i interleave = _mm512_load_si512(order);
@@ -170,12 +175,9 @@ void attend_bf16(const Batch& B, const uint16_t* query, const uint16_t* cache, u
       const __m512 scale = _mm512_set1_ps(B.scale);
       const int nblocks = (len + BS - 1) / BS;
       for (int b = 0; b < nblocks; b++) {
-        const uint16_t* kt = cache + (long)B.block_table[r * B.table_stride + b] * block_stride + h * head_stride;
+        const uint16_t* kt = head_block(B, cache, r, b, h, nblocks);
         const uint16_t* v = kt + (long)D * BS;
         const int n = std::min(BS, len - b * BS);
-        if (b + 1 < nblocks)
-          prefetch_block((const char*)(cache + (long)B.block_table[r * B.table_stride + b + 1] * block_stride + h * head_stride),
-                         head_stride * 2);
         for (int t = 0; t < n; t += 32) {  // 4 query vectors x 32 tokens
           for (int g = 0; g < G; g += 4) {
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, c0 = a0, c1 = a0, c2 = a0, c3 = a0;
