@@ -35,8 +35,9 @@ def enabled() -> bool:
     return os.environ.get(CPU_ROWS_ATTENTION.env, "").strip().lower() == "on"
 
 
+@functools.lru_cache(maxsize=16)
 def unsupported(dtype: torch.dtype, head_dim: int, block_size: int) -> str | None:
-    """Why the kernel cannot take this cache here (None: it can)."""
+    """Why the kernel cannot take this cache here (None: it can); asked every step, read once."""
     if dtype not in NEEDS:
         return f"no kernel for {dtype} caches (float32 and bf16 only)"
     flags, multiple = NEEDS[dtype]
