@@ -2,7 +2,7 @@
 each (a root and its drafts), every request's K and V read once for all its rows.
 
 vLLM's CPU op (`cpu_attention_with_kv_cache`) reads a request's K and V once per query row: on
-the 2-core EPYC a verified draft row cost about as much attention as a root row, 0.3-1.1 ms a
+the 2-core EPYC a verified draft row cost about as much attention as a root row, 0.4-1.4 ms a
 step at 512-1024 tokens of context over 30 layers (docs/results/serving/epyc_attention_rows).
 `rows_attention.cpp` is compiled at first use (`entmtp_vllm/cpu_gemm/build.py`) and called with
 ctypes on vLLM's `vec` cache layout: float32 with AVX2 + FMA, bf16 with AVX512-BF16. The plugin
@@ -21,7 +21,7 @@ import torch
 
 from entmtp_vllm.config import CPU_ROWS_ATTENTION
 from entmtp_vllm.cpu_features import cpu_flags
-from entmtp_vllm.cpu_gemm.build import CpuGemmUnavailable, _compile, library_path
+from entmtp_vllm.cpu_gemm.build import CpuGemmUnavailable, compile_library, library_path
 
 SOURCE = Path(__file__).with_name("rows_attention.cpp")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-fno-math-errno", "-ffast-math", "-shared", "-fPIC", "-std=c++17")
@@ -55,7 +55,7 @@ def load_library() -> tuple[ctypes.CDLL | None, str]:
     try:
         target = library_path(SOURCE, FLAGS, "libentmtp_rows_attention.so")
         if not target.exists():
-            _compile(target, SOURCE, FLAGS, LIBRARIES)
+            compile_library(target, SOURCE, FLAGS, LIBRARIES)
         lib = ctypes.CDLL(str(target))
     except (CpuGemmUnavailable, OSError) as exc:
         return None, str(exc)

@@ -43,7 +43,7 @@ def library_path(source: Path = SOURCE, flags: tuple[str, ...] = FLAGS, name: st
     return EMBEDDED_MODEL.cache_dir() / source.parent.name / digest / name
 
 
-def _compile(target: Path, source: Path = SOURCE, flags: tuple[str, ...] = FLAGS, libraries: tuple[str, ...] = ()) -> None:
+def compile_library(target: Path, source: Path = SOURCE, flags: tuple[str, ...] = FLAGS, libraries: tuple[str, ...] = ()) -> None:
     """Build `source` into `target`, or CpuGemmUnavailable with the compiler's first error line.
     Used for every C++ file of the package that is compiled at first use (the packed matrix
     multiply, `entmtp_vllm/cpu_attention`)."""
@@ -85,7 +85,7 @@ def _build_and_open() -> ctypes.CDLL:
         raise CpuGemmUnavailable(f"this CPU lacks {', '.join(sorted(missing))}")
     target = library_path()
     if not target.exists():
-        _compile(target)
+        compile_library(target)
     lib = ctypes.CDLL(str(target))
     c_long, c_void = ctypes.c_long, ctypes.c_void_p
     lib.entmtp_pack_weight.argtypes = [c_void, c_void, c_long, c_long]

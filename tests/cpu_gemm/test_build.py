@@ -51,6 +51,6 @@ def test_the_library_is_built_once_per_source(tmp_path, monkeypatch):
     monkeypatch.setenv("ENTMTP_CACHE", str(tmp_path))
     path = build.library_path()
     assert str(path).startswith(str(tmp_path)) and not path.exists()
-    build._compile(path)
+    build.compile_library(path)
     assert path.is_file()
     assert build.library_path() == path  # same source and flags: same file, nothing rebuilt
