@@ -24,8 +24,9 @@ from entmtp_vllm.cpu_features import cpu_flags
 from entmtp_vllm.cpu_gemm.build import CpuGemmUnavailable, compile_library, library_path
 
 SOURCE = Path(__file__).with_name("rows_attention.cpp")
-FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-fno-math-errno", "-ffast-math", "-shared", "-fPIC", "-std=c++17")
-LIBRARIES = ("-lmvec", "-lm")
+FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-fno-math-errno", "-shared", "-fPIC", "-std=c++17")
+"""No -ffast-math: a library built with it sets flush-to-zero for the process that loads it."""
+LIBRARIES = ("-lm",)
 NEEDS = {torch.float32: ({"avx2", "fma"}, 8), torch.bfloat16: ({"avx512f", "avx512bw", "avx512vl", "avx512_bf16"}, 64)}
 """Per cache dtype: the CPU flags the kernel needs and what the head size must be a multiple of."""
 

@@ -51,16 +51,45 @@ inline void mask_new_rows(const Batch& B, float* s, int b, int n, int ctx, int r
   }
 }
 
-// Online softmax of one block's scores of query vector g: exponentials in place, returns the
-// factor the earlier sum and accumulator must be scaled by.
+// exp of 8 floats (Cephes' single-precision polynomial, relative error about 2e-7); exactly 0
+// below -87 (masked scores). Written out because -ffast-math, which would let the compiler call
+// a vector expf, also turns on flush-to-zero for every thread of the process that loads it.
+inline __m256 exp8(__m256 x) {
+  const __m256 zero_below = _mm256_cmp_ps(x, _mm256_set1_ps(-87.f), _CMP_GE_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.f)), _mm256_set1_ps(88.f));
+  const __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+  x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.f)));
+  const __m256i pow2 = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(pow2)), zero_below);
+}
+
+// Online softmax of one block's scores of query vector g (n <= BS, a multiple of 8 of room):
+// exponentials in place, returns the factor the earlier sum and accumulator must be scaled by.
 inline float softmax_block(float* sg, int n, float& m, float& l) {
   float mx = m;
   for (int t = 0; t < n; t++) mx = std::max(mx, sg[t]);
   const float corr = expf(m - mx);
   m = mx;
-  float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-  for (int t = 0; t < n; t++) { sg[t] = expf(sg[t] - mx); sum += sg[t]; }
+  const __m256 shift = _mm256_set1_ps(mx);
+  __m256 total = _mm256_setzero_ps();
+  int t = 0;
+  for (; t + 8 <= n; t += 8) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sg + t), shift));
+    _mm256_storeu_ps(sg + t, e);
+    total = _mm256_add_ps(total, e);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, total);
+  float sum = lanes[0] + lanes[1] + lanes[2] + lanes[3] + lanes[4] + lanes[5] + lanes[6] + lanes[7];
+  for (; t < n; t++) { sg[t] = expf(sg[t] - mx); sum += sg[t]; }
   l = l * corr + sum;
   return corr;
 }

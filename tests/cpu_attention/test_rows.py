@@ -155,6 +155,16 @@ def test_bad_arguments_are_refused_before_the_kernel_runs():
         rows.rows_attention(query.double(), cache, torch.empty_like(query), start, count, seq, table, None, 0.125)
 
 
+def test_loading_the_kernel_leaves_the_processs_floating_point_alone():
+    """A library built with -ffast-math turns on flush-to-zero in the loading process (hypothesis
+    then refuses to run, and every float op of the engine changes); this one must not."""
+    _available(torch.float32)
+    import sys
+
+    assert sys.float_info.min / 2 > 0.0  # a subnormal survives
+    assert torch.tensor(1e-40, dtype=torch.float32).item() != 0.0
+
+
 def test_unsupported_says_why():
     assert "float32 and bf16 only" in rows.unsupported(torch.float16, HEAD_DIM, BLOCK)
     reason = rows.unsupported(torch.float32, HEAD_DIM, 48)
