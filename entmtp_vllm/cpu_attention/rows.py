@@ -111,8 +111,8 @@ def prepare(
         if not kv_cache.is_contiguous() or query.dtype != kv_cache.dtype or output.dtype != kv_cache.dtype \
                 or twice_d != 2 * head_dim:
             raise ValueError("rows_attention: query, output and a contiguous cache must share dtype and head size")
-        call(query.element_size(), query.data_ptr(), kv_cache.data_ptr(), output.data_ptr(), *fixed[:5], fixed[5],
-             fixed[6], num_heads, num_kv_heads, head_dim, block_size, scale, query.stride(0), output.stride(0))
+        call(query.element_size(), query.data_ptr(), kv_cache.data_ptr(), output.data_ptr(), *fixed,
+             num_heads, num_kv_heads, head_dim, block_size, scale, query.stride(0), output.stride(0))
 
     run.keep = keep  # type: ignore[attr-defined]  # the per-step tensors live as long as the call
     return run
