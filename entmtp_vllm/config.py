@@ -254,13 +254,27 @@ class CpuRowsAttentionConfig(_Config):
     each such request's K and V are read once for all its rows, where vLLM's CPU op reads them
     once per row, and trees take their masks in the same pass. Built at first use with the
     system's C++ compiler; float32 needs AVX2 + FMA, bf16 AVX512-BF16. Elsewhere, and for
-    requests it does not take, vLLM's own op runs. Off by default: per call it is cheaper than
-    vLLM's op, but served in process at 16 requests it did not make EntMTP faster (the step
-    budget drafted more and the steps grew; docs/results/serving/epyc_attention_rows)."""
+    requests it does not take, vLLM's own op runs. Off by default: in process at 16 requests on
+    the 2-core EPYC (bf16), every drafting request on it (`all`) made EntMTP 2% faster on
+    Spec-Bench and 2% slower on MT-bench, whose short contexts vLLM's op re-reads from the CPU's
+    caches; `on` made it 4% faster on 896-1800-token prompts (docs/results/serving/
+    epyc_budget_checks); not measured served, nor at other loads."""
 
     env: str = "ENTMTP_CPU_ROWS_ATTENTION"
-    """Environment variable that turns it on inside vLLM's processes (`on`); unset or anything
-    else: vLLM's op for every request, and the torch recompute for tree rows."""
+    """Environment variable that sets it inside vLLM's processes: `on` (the requests with at
+    least `min_context` tokens in the cache), `all` (every request with 2 to `max_rows` rows),
+    `off` (vLLM's op for every request, the torch recompute for tree rows); unset or empty:
+    `default`. Any other value stops the engine at start-up."""
+
+    default: Literal["on", "all", "off"] = "off"
+    """What an unset `env` means."""
+
+    min_context: int = Field(1024, ge=1)
+    """With `on`, a request takes the kernel only with at least this many tokens in the cache:
+    vLLM's op re-reads a request's K and V for each row, which costs little while they stay in
+    the CPU's caches and most beyond (bf16, 16 requests of 3 rows, per draft row a step: 0.20 /
+    0.26 / 0.77 / 2.74 ms at 256 / 512 / 1024 / 2048 tokens against the kernel's 0.17 / 0.30 /
+    0.49 / 1.03; docs/results/serving/epyc_attention_rows/kernel_vs_op.txt)."""
 
     max_rows: int = Field(64, ge=2, le=64)
     """Requests with 2 to this many rows in a step (a root and its drafts, or a short prefill

@@ -6,7 +6,7 @@ the 2-core EPYC a verified draft row cost about as much attention as a root row,
 step at 512-1024 tokens of context over 30 layers (docs/results/serving/epyc_attention_rows).
 `rows_attention.cpp` is compiled at first use (`entmtp_vllm/cpu_gemm/build.py`) and called with
 ctypes on vLLM's `vec` cache layout: float32 with AVX2 + FMA, bf16 with AVX512-BF16. The plugin
-uses it only when `$ENTMTP_CPU_ROWS_ATTENTION=on` (`enabled`).
+uses it as `$ENTMTP_CPU_ROWS_ATTENTION` says (`min_context`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import torch
 from entmtp_vllm.config import CPU_ROWS_ATTENTION
 from entmtp_vllm.cpu_features import cpu_flags
 from entmtp_vllm.cpu_gemm.build import CpuGemmUnavailable, compile_library, library_path
+from entmtp_vllm.errors import EntMTPError
 
 SOURCE = Path(__file__).with_name("rows_attention.cpp")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-fno-math-errno", "-shared", "-fPIC", "-std=c++17")
@@ -31,9 +32,26 @@ NEEDS = {torch.float32: ({"avx2", "fma"}, 8), torch.bfloat16: ({"avx512f", "avx5
 """Per cache dtype: the CPU flags the kernel needs and what the head size must be a multiple of."""
 
 
-def enabled() -> bool:
-    """Turned on with `$ENTMTP_CPU_ROWS_ATTENTION=on` (off by default, `CPU_ROWS_ATTENTION`)."""
-    return os.environ.get(CPU_ROWS_ATTENTION.env, "").strip().lower() == "on"
+MODES = ("on", "all", "off")
+"""The values `$ENTMTP_CPU_ROWS_ATTENTION` takes (`CpuRowsAttentionConfig.env`)."""
+
+
+def mode() -> str:
+    """`$ENTMTP_CPU_ROWS_ATTENTION`, or the configured default when it is unset or empty; an
+    `EntMTPError` naming the variable for any other value."""
+    value = os.environ.get(CPU_ROWS_ATTENTION.env, "").strip().lower()
+    if not value:
+        return CPU_ROWS_ATTENTION.default
+    if value not in MODES:
+        raise EntMTPError(f"{CPU_ROWS_ATTENTION.env}={value!r} is not one of {', '.join(MODES)} (unset: "
+                          f"{CPU_ROWS_ATTENTION.default})")
+    return value
+
+
+def min_context() -> int | None:
+    """The fewest tokens in the cache with which a request takes the kernel (None: it is off)."""
+    chosen = mode()
+    return None if chosen == "off" else 0 if chosen == "all" else CPU_ROWS_ATTENTION.min_context
 
 
 @functools.lru_cache(maxsize=16)

@@ -2,13 +2,14 @@
 (`entmtp_vllm/cpu_attention`), and the layer call that splits the step between it and vLLM's op.
 
 A request with 2 to `CPU_ROWS_ATTENTION.max_rows` rows in the step (a root and its drafts, or a
-short prefill chunk) takes the kernel: its K and V are read once for all its rows, and a tree's
+short prefill chunk) and, with `on`, at least `CPU_ROWS_ATTENTION.min_context` tokens in the cache
+takes the kernel: its K and V are read once for all its rows, and a tree's
 rows get their ancestor masks in the same pass (no torch recompute). Every other request (one
 row, or a longer prefill chunk) goes through vLLM's own op, as a sub-batch with its own scheduler
 metadata. The plan is built once per step, by the first layer, and kept on the step's attention
 metadata. Only EntMTP's runner marks a step's metadata (`TREE_STEP_ATTR`), so servers without
-EntMTP (vLLM without speculation, ngram) never take this path. Off unless
-`ENTMTP_CPU_ROWS_ATTENTION=on` (see `CpuRowsAttentionConfig`).
+EntMTP (vLLM without speculation, ngram) never take this path. `$ENTMTP_CPU_ROWS_ATTENTION`
+(`on`, `all`, `off`) chooses; see `CpuRowsAttentionConfig`.
 """
 
 from __future__ import annotations
@@ -74,8 +75,11 @@ def _visible(step: TreeStep | None, starts: torch.Tensor, counts: torch.Tensor, 
 
 def build_plan(impl, layer, metadata, kv_cache: torch.Tensor) -> RowsPlan | None:
     """This step's split, or None where vLLM's op takes every request: no EntMTP runner, the
-    kernel not turned on or unable to run here, nothing with 2 or more rows, or a tree too large for it."""
-    if TREE_STEP_ATTR not in vars(metadata) or not rows.enabled():
+    kernel not turned on or unable to run here, no request it takes, or a tree too large for it."""
+    if TREE_STEP_ATTR not in vars(metadata):
+        return None
+    least_context = rows.min_context()
+    if least_context is None:
         return None
     if getattr(layer, "isa", None) != "vec" or impl.sliding_window != -1 or impl.alibi_slopes is not None:
         return None
@@ -90,10 +94,12 @@ def build_plan(impl, layer, metadata, kv_cache: torch.Tensor) -> RowsPlan | None
     num_reqs = len(metadata.seq_lens)
     starts = metadata.query_start_loc[: num_reqs + 1].to(torch.int64)
     counts = starts[1:] - starts[:-1]
+    seq_lens = metadata.seq_lens[:num_reqs]
     taken = (counts >= 2) & (counts <= CPU_ROWS_ATTENTION.max_rows)
+    if least_context:
+        taken &= seq_lens >= least_context
     if not bool(taken.any()):
         return None
-    seq_lens = metadata.seq_lens[:num_reqs]
     plan = RowsPlan(
         row_start=starts[:-1][taken].contiguous(),
         row_count=counts[taken].to(torch.int32).contiguous(),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from entmtp_vllm.cpu_attention import rows
 from entmtp_vllm.errors import EntMTPError
 
 SUPPORTED_PLATFORMS = ("cpu", "cuda")
@@ -59,6 +60,11 @@ def unsupported(vllm_config: Any, platform: str) -> list[str]:
         )
     if parallel.pipeline_parallel_size > 1:
         problems.append(f"pipeline parallelism (--pipeline-parallel-size {parallel.pipeline_parallel_size}): use 1")
+    if platform == "cpu":
+        try:
+            rows.mode()
+        except EntMTPError as exc:
+            problems.append(str(exc))
     return problems
 
 

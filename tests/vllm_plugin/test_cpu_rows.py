@@ -13,6 +13,7 @@ import torch
 
 from entmtp_vllm.config import CPU_ROWS_ATTENTION
 from entmtp_vllm.cpu_attention import rows
+from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.vllm_plugin import cpu_rows
 from entmtp_vllm.vllm_plugin.tree_step import TREE_STEP_ATTR, TreeStep
 
@@ -57,7 +58,7 @@ def _kernel_here(monkeypatch):
     reason = rows.unsupported(torch.float32, HEAD_DIM, BLOCK) or rows.load_library()[1]
     if reason:
         pytest.skip(reason)
-    monkeypatch.setenv(CPU_ROWS_ATTENTION.env, "on")
+    monkeypatch.setenv(CPU_ROWS_ATTENTION.env, "all")
 
 
 def test_requests_with_a_few_rows_take_the_kernel_and_the_rest_vllms_op():
@@ -86,6 +87,31 @@ def test_a_64th_row_sees_every_row_before_it():
     assert plan.visible[63].item() == -1 and plan.visible[62].item() == (1 << 63) - 1
 
 
+def test_on_takes_only_the_requests_with_a_long_context(monkeypatch):
+    monkeypatch.setenv(CPU_ROWS_ATTENTION.env, "on")
+    least = CPU_ROWS_ATTENTION.min_context
+    # drafts at a short context, drafts reaching the threshold with their rows, a long decode row
+    metadata, cache = _metadata([3, 4, 1], [least - 10, least - 4, 2 * least])
+    plan = cpu_rows.build_plan(_impl(), SimpleNamespace(isa="vec"), metadata, cache)
+    assert plan.row_start.tolist() == [3] and plan.seq_lens.tolist() == [least]
+    assert plan.plain_rows.tolist() == [0, 1, 2, 7] and plan.plain_seq_lens.tolist() == [least - 7, 2 * least + 1]
+    metadata, cache = _metadata([3, 4], [10, least - 5])
+    assert cpu_rows.build_plan(_impl(), SimpleNamespace(isa="vec"), metadata, cache) is None  # none that long
+
+
+@pytest.mark.parametrize("value, expected", [("", None), ("off", None), ("all", 0), ("on", "min_context")])
+def test_the_setting_and_its_default(value, expected, monkeypatch):
+    monkeypatch.setenv(CPU_ROWS_ATTENTION.env, value)
+    if value == "":
+        expected = {"off": None, "all": 0, "on": CPU_ROWS_ATTENTION.min_context}[CPU_ROWS_ATTENTION.default]
+    elif expected == "min_context":
+        expected = CPU_ROWS_ATTENTION.min_context
+    assert rows.min_context() == expected
+    monkeypatch.setenv(CPU_ROWS_ATTENTION.env, "1")
+    with pytest.raises(EntMTPError, match=CPU_ROWS_ATTENTION.env):
+        rows.min_context()
+
+
 @pytest.mark.parametrize(
     "case",
     ["not EntMTP's step", "not turned on", "one row each", "tree too large", "other layout", "sliding window", "fp16"],
@@ -94,7 +120,7 @@ def test_vllms_op_keeps_the_step(case, monkeypatch):
     impl, layer = _impl(), SimpleNamespace(isa="vec")
     metadata, cache = _metadata([1, 3], [10, 10], entmtp=case != "not EntMTP's step")
     if case == "not turned on":
-        monkeypatch.delenv(CPU_ROWS_ATTENTION.env)
+        monkeypatch.setenv(CPU_ROWS_ATTENTION.env, "off")
     elif case == "one row each":
         metadata, cache = _metadata([1, 1], [10, 10])
     elif case == "tree too large":

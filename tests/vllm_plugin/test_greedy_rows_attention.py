@@ -1,5 +1,5 @@
-"""Greedy output through EntMTP with its CPU rows attention turned on (`ENTMTP_CPU_ROWS_ATTENTION=on`)
-equals vLLM's own greedy output (float32), trees included: the requests that verify drafts (and
+"""Greedy output through EntMTP with its CPU rows attention taking every request it can
+(`ENTMTP_CPU_ROWS_ATTENTION=all`: these prompts are shorter than `on`'s context threshold) equals vLLM's own greedy output (float32), trees included: the requests that verify drafts (and
 short prefill chunks) take the kernel, the others vLLM's op, in the same steps.
 
 24 chat prompts (MT-bench + GSM8K, mixed lengths) in one batch; one engine for the module.
@@ -31,7 +31,7 @@ def calls():
         return prepare(row_start, *args, **kwargs)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(CPU_ROWS_ATTENTION.env, "on")
+        patch.setenv(CPU_ROWS_ATTENTION.env, "all")
         patch.setattr(rows, "prepare", counting)
         yield seen
 

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from entmtp_vllm.config import CPU_ROWS_ATTENTION
 from entmtp_vllm.errors import EntMTPError
 
 pytestmark = pytest.mark.vllm
@@ -102,6 +103,16 @@ def test_each_refusal_names_the_setting(overrides, platform, word):
     problems = unsupported(_config(**overrides), platform)
     assert len(problems) == 1 and word in problems[0]
     assert unsupported(_config(), "cuda") == [] and unsupported(_config(), "cpu") == []
+
+
+def test_an_unknown_rows_attention_setting_is_refused_at_start_up(monkeypatch):
+    monkeypatch.setenv(CPU_ROWS_ATTENTION.env, "yes")
+    problems = unsupported(_config(), "cpu")
+    assert len(problems) == 1 and CPU_ROWS_ATTENTION.env in problems[0] and "on, all, off" in problems[0]
+    assert unsupported(_config(), "cuda") == []  # the CPU kernel's setting means nothing there
+    for value in ("on", "ALL", " off ", ""):
+        monkeypatch.setenv(CPU_ROWS_ATTENTION.env, value)
+        assert unsupported(_config(), "cpu") == []
 
 
 @pytest.mark.parametrize("platform", ["cpu", "cuda"])
