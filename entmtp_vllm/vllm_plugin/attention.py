@@ -270,8 +270,8 @@ def _layer_tree_step(layer) -> TreeStep | None:
 
 class TreeCPUAttentionImpl(CPUAttentionBackendImpl):
     """The stock CPU impl, plus tree rows and K/V capture when a tree step is announced; with
-    `ENTMTP_CPU_ROWS_ATTENTION=on`, in EntMTP's steps the requests with a few rows take EntMTP's
-    rows attention instead (`cpu_rows.py`)."""
+    `ENTMTP_CPU_ROWS_ATTENTION=on` or `all`, in EntMTP's steps the requests with a few rows (with
+    `on`, and a long context) take EntMTP's rows attention instead (`cpu_rows.py`)."""
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale=None,
                 output_block_scale=None):

@@ -25,7 +25,7 @@ for round in $(seq 1 "$ROUNDS"); do
     for m in $order; do
       case $m in
         none) run none $name $n none ;;
-        rows) run rows $name $n entmtp ENTMTP_CPU_ROWS_ATTENTION=on ;;
+        rows) run rows $name $n entmtp ENTMTP_CPU_ROWS_ATTENTION=all ;;  # session 48's `on` (b170897 renamed it)
         off) run off $name $n entmtp ENTMTP_CPU_ROWS_ATTENTION=off ;;
       esac
     done
