@@ -54,6 +54,20 @@ def min_context() -> int | None:
     return None if chosen == "off" else 0 if chosen == "all" else CPU_ROWS_ATTENTION.min_context
 
 
+def build_at_start() -> str | None:
+    """Build (or load) the kernel when a worker starts and the setting asks for it, so that no
+    served step pauses to compile it; the line the worker logs (None: the setting is off)."""
+    least = min_context()
+    if least is None:
+        return None
+    setting = f"{CPU_ROWS_ATTENTION.env}={mode()}"
+    library, why = load_library()
+    if library is None:
+        return f"EntMTP's CPU rows attention ({setting}) cannot run here, vLLM's op serves every request: {why}"
+    takes = "every drafting request" if least == 0 else f"the requests with at least {least} tokens in the cache"
+    return f"EntMTP's CPU rows attention ({setting}) takes {takes} (float32 caches on AVX2 + FMA, bf16 on AVX512-BF16)"
+
+
 @functools.lru_cache(maxsize=16)
 def unsupported(dtype: torch.dtype, head_dim: int, block_size: int) -> str | None:
     """Why the kernel cannot take this cache here (None: it can); asked every step, read once."""

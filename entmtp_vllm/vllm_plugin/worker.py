@@ -22,6 +22,7 @@ from vllm.v1.worker.cpu_worker import CPUWorker
 from vllm.logger import init_logger
 from vllm.v1.worker.gpu_worker import Worker
 
+from entmtp_vllm.cpu_attention import rows
 from entmtp_vllm.vllm_plugin.ray_cpu import placement
 from entmtp_vllm.vllm_plugin.model_runner import EntMTPCPUModelRunner, EntMTPGPUModelRunner
 from entmtp_vllm.vllm_plugin.tree_runner import TreeRunnerMixin
@@ -54,6 +55,9 @@ class EntMTPCPUWorker(_StatsMixin, CPUWorker):
         finally:
             cpu_worker.CPUModelRunner = stock
         logger.info(placement(self))
+        rows_attention = rows.build_at_start()  # compiled now, not in a served step
+        if rows_attention:
+            logger.info(rows_attention)
 
 
 class EntMTPGPUWorker(_StatsMixin, Worker):

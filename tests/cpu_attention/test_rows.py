@@ -169,3 +169,18 @@ def test_unsupported_says_why():
     assert "float32 and bf16 only" in rows.unsupported(torch.float16, HEAD_DIM, BLOCK)
     reason = rows.unsupported(torch.float32, HEAD_DIM, 48)
     assert reason is not None and ("block size" in reason or "lacks" in reason)
+
+
+def test_a_worker_builds_the_kernel_at_start_when_asked_and_says_what_it_takes(monkeypatch):
+    from entmtp_vllm.config import CPU_ROWS_ATTENTION
+
+    monkeypatch.setenv(CPU_ROWS_ATTENTION.env, "off")
+    assert rows.build_at_start() is None
+    monkeypatch.setenv(CPU_ROWS_ATTENTION.env, "on")
+    if rows.load_library()[0] is not None:
+        assert f"at least {CPU_ROWS_ATTENTION.min_context} tokens" in rows.build_at_start()
+        monkeypatch.setenv(CPU_ROWS_ATTENTION.env, "all")
+        assert "every drafting request" in rows.build_at_start()
+    monkeypatch.setattr(rows, "load_library", lambda: (None, "no C++ compiler found"))
+    line = rows.build_at_start()
+    assert "cannot run here" in line and "no C++ compiler found" in line and CPU_ROWS_ATTENTION.env in line
