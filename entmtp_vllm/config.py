@@ -252,9 +252,10 @@ CPU_GEMM = CpuGemmConfig()
 class CpuRowsAttentionConfig(_Config):
     """EntMTP's CPU attention for the requests that verify drafts (`entmtp_vllm/cpu_attention`):
     each such request's K and V are read once for all its rows, where vLLM's CPU op reads them
-    once per row, and trees take their masks in the same pass. Built at first use with the
-    system's C++ compiler; float32 needs AVX2 + FMA, bf16 AVX512-BF16. Elsewhere, and for
-    requests it does not take, vLLM's own op runs. Off by default: in process at 16 requests on
+    once per row, and trees take their masks in the same pass. Built with the system's C++
+    compiler when a CPU worker starts with it on (once per source version, kept in EntMTP's
+    cache folder); float32 needs AVX2 + FMA, bf16 AVX512-BF16. Elsewhere, and for requests it
+    does not take, vLLM's own op runs. Off by default: in process at 16 requests on
     the 2-core EPYC (bf16), every drafting request on it (`all`) made EntMTP 2% faster on
     Spec-Bench and 2% slower on MT-bench, whose short contexts vLLM's op re-reads from the CPU's
     caches; `on` made it 4% faster on 896-1800-token prompts (docs/results/serving/

@@ -8,7 +8,7 @@
 // [D][BS], then V [BS][D]. Online softmax over the blocks in float32; the next block is fetched
 // while one computes. float32: AVX2 + FMA. bf16: scores with AVX512-BF16 dot products (q and K
 // are bf16, so the products are exact and summed in float32), P.V in float32.
-// Compiled at first use by entmtp_vllm/cpu_attention/rows.py.
+// Compiled by entmtp_vllm/cpu_attention/rows.py (load_library), when a CPU worker starts with it on.
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
