@@ -22,7 +22,7 @@ import torch
 
 from entmtp_vllm.config import CPU_ROWS_ATTENTION
 from entmtp_vllm.cpu_features import cpu_flags
-from entmtp_vllm.cpu_gemm.build import CpuGemmUnavailable, compile_library, library_path
+from entmtp_vllm.cpu_gemm.build import CpuGemmUnavailable, open_library
 from entmtp_vllm.errors import EntMTPError
 
 SOURCE = Path(__file__).with_name("rows_attention.cpp")
@@ -87,10 +87,7 @@ def unsupported(dtype: torch.dtype, head_dim: int, block_size: int) -> str | Non
 def load_library() -> tuple[ctypes.CDLL | None, str]:
     """(the library, "") or (None, why it cannot be built or loaded); built once per source."""
     try:
-        target = library_path(SOURCE, FLAGS, "libentmtp_rows_attention.so")
-        if not target.exists():
-            compile_library(target, SOURCE, FLAGS, LIBRARIES)
-        lib = ctypes.CDLL(str(target))
+        lib = open_library(SOURCE, FLAGS, "libentmtp_rows_attention.so", LIBRARIES)
     except (CpuGemmUnavailable, OSError) as exc:
         return None, str(exc)
     p, i = ctypes.c_void_p, ctypes.c_int

@@ -44,9 +44,7 @@ def library_path(source: Path = SOURCE, flags: tuple[str, ...] = FLAGS, name: st
 
 
 def compile_library(target: Path, source: Path = SOURCE, flags: tuple[str, ...] = FLAGS, libraries: tuple[str, ...] = ()) -> None:
-    """Build `source` into `target`, or CpuGemmUnavailable with the compiler's first error line.
-    Used for every C++ file of the package that is compiled at first use (the packed matrix
-    multiply, `entmtp_vllm/cpu_attention`)."""
+    """Build `source` into `target`, or CpuGemmUnavailable with the compiler's first error line."""
     compiler = find_compiler()
     if compiler is None:
         raise CpuGemmUnavailable("no C++ compiler found (set CXX, or install g++)")
@@ -60,6 +58,16 @@ def compile_library(target: Path, source: Path = SOURCE, flags: tuple[str, ...] 
             first = (proc.stderr.strip().splitlines() or ["no output"])[0]
             raise CpuGemmUnavailable(f"{compiler} could not build {source.name}: {first}")
         os.replace(out, target)  # atomic: a concurrent process sees the old file or the whole new one
+
+
+def open_library(source: Path = SOURCE, flags: tuple[str, ...] = FLAGS, name: str = "libentmtp_packed_gemm.so",
+                 libraries: tuple[str, ...] = ()) -> ctypes.CDLL:
+    """`source` built with `flags` (once: kept at `library_path`), loaded. Every C++ file of the
+    package goes through here (the packed matrix multiply, `entmtp_vllm/cpu_attention`)."""
+    target = library_path(source, flags, name)
+    if not target.exists():
+        compile_library(target, source, flags, libraries)
+    return ctypes.CDLL(str(target))
 
 
 def load_library() -> ctypes.CDLL:
@@ -83,10 +91,7 @@ def _build_and_open() -> ctypes.CDLL:
     missing = {"avx2", "fma"} - cpu_flags()
     if missing:
         raise CpuGemmUnavailable(f"this CPU lacks {', '.join(sorted(missing))}")
-    target = library_path()
-    if not target.exists():
-        compile_library(target)
-    lib = ctypes.CDLL(str(target))
+    lib = open_library()
     c_long, c_void = ctypes.c_long, ctypes.c_void_p
     lib.entmtp_pack_weight.argtypes = [c_void, c_void, c_long, c_long]
     lib.entmtp_pack_weight.restype = None
