@@ -26,6 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from entmtp_vllm.config import CPU_IN_PROCESS, CPU_THREADS
+from entmtp_vllm.cpu_attention import rows as rows_attention
 from entmtp_vllm.cpu_features import cpu_flags
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.kv_cache_size import (
@@ -322,6 +323,7 @@ def build_serve_command(
     if dtype:
         argv += ["--dtype", dtype]
     if cpu:
+        rows_attention.mode(environ)  # a bad value: one line now, not a traceback from the server
         if options.eager:
             argv.append("--enforce-eager")
         if options.in_process and not chooses_executor(extra):

@@ -258,3 +258,11 @@ def test_threads_the_engine_cannot_use_are_one_line(options, words):
 def test_threads_below_one_are_refused():
     with pytest.raises(ValueError):
         ServeOptions(threads=0)
+
+
+def test_a_bad_rows_attention_setting_is_one_line_before_any_server_starts():
+    with pytest.raises(EntMTPError, match="ENTMTP_CPU_ROWS_ATTENTION='yes' is not one of on, all, off") as info:
+        _build(environ={"ENTMTP_CPU_ROWS_ATTENTION": "yes"})
+    assert "\n" not in str(info.value)
+    assert _build(environ={"ENTMTP_CPU_ROWS_ATTENTION": "on"}).argv  # the good values pass
+    assert _build(cpu=False, environ={"ENTMTP_CPU_ROWS_ATTENTION": "yes"}).argv  # a CPU setting: not read on a GPU

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
@@ -37,10 +37,10 @@ MODES = ("on", "all", "off")
 """The values `$ENTMTP_CPU_ROWS_ATTENTION` takes (`CpuRowsAttentionConfig.env`)."""
 
 
-def mode() -> str:
-    """`$ENTMTP_CPU_ROWS_ATTENTION`, or the configured default when it is unset or empty; an
-    `EntMTPError` naming the variable for any other value."""
-    value = os.environ.get(CPU_ROWS_ATTENTION.env, "").strip().lower()
+def mode(environ: Mapping[str, str] | None = None) -> str:
+    """`$ENTMTP_CPU_ROWS_ATTENTION` (in `environ`, default this process's), or the configured
+    default when it is unset or empty; an `EntMTPError` naming the variable for any other value."""
+    value = (os.environ if environ is None else environ).get(CPU_ROWS_ATTENTION.env, "").strip().lower()
     if not value:
         return CPU_ROWS_ATTENTION.default
     if value not in MODES:
