@@ -3,8 +3,11 @@
     python -m entmtp_kernels.bench [--quick] [--out results.json] [--md results.md]
 
 Llama-7B-like shapes: 32 query heads, 8 or 32 KV heads, head_dim 128, cache block size 16, bf16;
-contexts 512/2k/8k, trees of 8/32/64 nodes (a different random tree per request), batches 1/8/32.
-Every request of a configuration has the same context length. Timings are medians of CUDA-event
+contexts 512/2k/8k, trees of 8/32/64 nodes (a different random tree per request), batches 1/8/32;
+plus head dims 96 (padded to 128 lanes in the kernel) and 256 with 8 KV heads on a smaller grid.
+`--quick`: head_dim 128 at contexts 2k/8k, batches 1/32, trees 8/64 (8 configurations), and 96 and
+256 at context 8k, batches 1/32, 64-node trees (4 more). Every request of a configuration has the
+same context length. Timings are medians of CUDA-event
 timings, each repetition after a 1 GiB write that evicts L2 (in decoding, a layer's K/V is never
 still cached from the previous step). Columns:
 
@@ -25,6 +28,7 @@ Compaction: 32 requests × 30 layers (60 K/V caches), against a torch loop over 
 import argparse
 import datetime
 import importlib.metadata
+import itertools
 import json
 import statistics
 import sys
@@ -44,7 +48,7 @@ from .synthetic import PagedBatch, ancestor_mask, make_paged_batch, random_tree_
 from .tree_attention import _choose_splits, paged_tree_attention
 
 NUM_Q_HEADS = 32
-HEAD_DIM = 128
+HEAD_DIM = 128  # the main sweep's head dim, and the compaction benchmark's
 BLOCK_SIZE = 16
 DTYPE = torch.bfloat16
 DEVICE = "cuda"
@@ -62,18 +66,29 @@ XFORMERS_VERSION = _xformers_version()
 
 @dataclass(frozen=True)
 class Sweep:
+    head_dims: tuple[int, ...]
     kv_heads: tuple[int, ...]
     contexts: tuple[int, ...]
     batches: tuple[int, ...]
     trees: tuple[int, ...]
 
 
-FULL = Sweep(kv_heads=(8, 32), contexts=(512, 2048, 8192), batches=(1, 8, 32), trees=(8, 32, 64))
-QUICK = Sweep(kv_heads=(8,), contexts=(2048, 8192), batches=(1, 32), trees=(8, 64))
+FULL = (
+    Sweep(head_dims=(HEAD_DIM,), kv_heads=(8, 32), contexts=(512, 2048, 8192), batches=(1, 8, 32),
+          trees=(8, 32, 64)),
+    Sweep(head_dims=(96, 256), kv_heads=(8,), contexts=(2048, 8192), batches=(1, 8, 32),
+          trees=(8, 64)),
+)
+QUICK = (
+    Sweep(head_dims=(HEAD_DIM,), kv_heads=(8,), contexts=(2048, 8192), batches=(1, 32),
+          trees=(8, 64)),
+    Sweep(head_dims=(96, 256), kv_heads=(8,), contexts=(8192,), batches=(1, 32), trees=(64,)),
+)
 
 
 @dataclass
 class Row:
+    head_dim: int
     kv_heads: int
     context: int
     batch: int
@@ -152,11 +167,11 @@ def xformers_runner(batch: PagedBatch, k: torch.Tensor, v: torch.Tensor, context
     return lambda: tree_attention(q, spec_k, spec_v, prefix_k, prefix_v, spec_bias, prefix_bias)
 
 
-def bench_attention(timer: CudaTimer, kv_heads: int, context: int, batch_size: int, tree: int,
-                    copy_gbps: float, notes: list[str]) -> Row:
+def bench_attention(timer: CudaTimer, head_dim: int, kv_heads: int, context: int,
+                    batch_size: int, tree: int, copy_gbps: float, notes: list[str]) -> Row:
     gen = torch.Generator().manual_seed(context + tree + batch_size)
     masks = [ancestor_mask(random_tree_parents(tree, gen)) for _ in range(batch_size)]
-    batch = make_paged_batch([context] * batch_size, masks, NUM_Q_HEADS, kv_heads, HEAD_DIM,
+    batch = make_paged_batch([context] * batch_size, masks, NUM_Q_HEADS, kv_heads, head_dim,
                              BLOCK_SIZE, DTYPE, DEVICE, seed=tree, poison_unused=False)
     length = context + tree
     args = batch.attention_args()
@@ -166,7 +181,7 @@ def bench_attention(timer: CudaTimer, kv_heads: int, context: int, batch_size: i
     k, v = gather_dense(batch, length)
     read_us = timer(lambda: (k.sum(dtype=torch.float32), v.sum(dtype=torch.float32)))
 
-    q = batch.q.view(batch_size, tree, NUM_Q_HEADS, HEAD_DIM).transpose(1, 2)
+    q = batch.q.view(batch_size, tree, NUM_Q_HEADS, head_dim).transpose(1, 2)
     ones = torch.ones(tree, context, dtype=torch.bool, device=DEVICE)
     dense_mask = torch.stack([torch.cat([ones, m], 1) for m in batch.bool_masks])[:, None]
     kt, vt = k.transpose(1, 2), v.transpose(1, 2)
@@ -178,7 +193,8 @@ def bench_attention(timer: CudaTimer, kv_heads: int, context: int, batch_size: i
         sdpa_us = timer(sdpa)
     except (RuntimeError, torch.OutOfMemoryError) as error:
         sdpa_us = None
-        notes.append(f"sdpa Hkv={kv_heads} ctx={context} B={batch_size} n={tree}: {error}")
+        notes.append(f"sdpa D={head_dim} Hkv={kv_heads} ctx={context} B={batch_size} n={tree}: "
+                     f"{error}")
 
     group = NUM_Q_HEADS // kv_heads
     xformers_us = None
@@ -186,20 +202,20 @@ def bench_attention(timer: CudaTimer, kv_heads: int, context: int, batch_size: i
         try:
             run = xformers_runner(batch, k, v, context, tree)
             # Request 0's rows: the only request whose tree xformers was given.
-            error = (run()[0].float() - ours_out[:tree].view(tree, kv_heads, group, HEAD_DIM)
+            error = (run()[0].float() - ours_out[:tree].view(tree, kv_heads, group, head_dim)
                      .float()).abs().max().item()
             if error > 0.1:
                 raise RuntimeError(f"xformers differs from ours by {error:.3f}")
             xformers_us = timer(run)
         except Exception as error:  # any xformers failure only blanks its column
-            notes.append(f"xformers Hkv={kv_heads} ctx={context} B={batch_size} n={tree}: "
-                         f"{type(error).__name__}: {str(error)[:200]}")
+            notes.append(f"xformers D={head_dim} Hkv={kv_heads} ctx={context} B={batch_size} "
+                         f"n={tree}: {type(error).__name__}: {str(error)[:200]}")
 
     kv_bytes = 2 * k.numel() * k.element_size()
     programs = batch_size * kv_heads * triton.cdiv(tree, configs.BLOCK_M // group)
     ours_gbps = kv_bytes / (ours_us * 1e-6) / 1e9
     return Row(
-        kv_heads=kv_heads, context=context, batch=batch_size, tree=tree,
+        head_dim=head_dim, kv_heads=kv_heads, context=context, batch=batch_size, tree=tree,
         splits=_choose_splits(batch.q.device, programs, length),
         ours_us=ours_us, gather_us=gather_us, sdpa_us=sdpa_us,
         sdpa_total_us=None if sdpa_us is None else sdpa_us + gather_us,
@@ -257,13 +273,15 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-COLUMNS = ["Hkv", "ctx", "B", "n", "splits", "ours µs", "gather µs", "sdpa µs", "sdpa+g µs",
+COLUMNS = ["D", "Hkv", "ctx", "B", "n", "splits", "ours µs", "gather µs", "sdpa µs",
+           "sdpa+g µs",
            "xformers µs", "read µs", "bound µs", "GB/s", "%copy", "sdpa+g/ours"]
 
 
 def _cells(row: Row) -> list[str]:
     ratio = None if row.sdpa_total_us is None else row.sdpa_total_us / row.ours_us
-    return [str(row.kv_heads), str(row.context), str(row.batch), str(row.tree), str(row.splits),
+    return [str(row.head_dim), str(row.kv_heads), str(row.context), str(row.batch),
+            str(row.tree), str(row.splits),
             _fmt(row.ours_us), _fmt(row.gather_us), _fmt(row.sdpa_us), _fmt(row.sdpa_total_us),
             _fmt(row.xformers_us), _fmt(row.read_us), _fmt(row.bound_us), _fmt(row.ours_gbps, 0),
             _fmt(row.pct_copy_bw, 0), _fmt(ratio, 2)]
@@ -273,7 +291,7 @@ def markdown(meta: dict, rows: list[Row], compaction: dict, notes: list[str]) ->
     lines = [f"# Tree attention benchmark — {meta['device']}, {meta['date']}", "",
              f"torch {meta['torch']}, triton {meta['triton']}, xformers {meta['xformers']}, "
              f"{meta['dtype']}, "
-             f"{NUM_Q_HEADS} query heads, head_dim {HEAD_DIM}, block size {BLOCK_SIZE}; "
+             f"{NUM_Q_HEADS} query heads, head_dim D, block size {BLOCK_SIZE}; "
              f"copy bandwidth {meta['copy_bandwidth_gbps']:.0f} GB/s. Median µs; see "
              "`python -m entmtp_kernels.bench --help` for the columns.", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
@@ -290,7 +308,7 @@ def markdown(meta: dict, rows: list[Row], compaction: dict, notes: list[str]) ->
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="a 8-configuration subset")
+    parser.add_argument("--quick", action="store_true", help="a 12-configuration subset")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     parser.add_argument("--md", type=Path, help="write a Markdown table here")
     parser.add_argument("--repeats", type=int, default=25)
@@ -317,17 +335,15 @@ def main(argv: list[str] | None = None) -> int:
             "copy_bandwidth_gbps": copy_bandwidth_gbps(timer)}
     print(f"copy bandwidth: {meta['copy_bandwidth_gbps']:.0f} GB/s", flush=True)
     print("  ".join(f"{c:>11}" for c in COLUMNS), flush=True)
-    sweep = QUICK if options.quick else FULL
     rows, notes = [], []
-    for kv_heads in sweep.kv_heads:
-        for context in sweep.contexts:
-            for batch_size in sweep.batches:
-                for tree in sweep.trees:
-                    row = bench_attention(timer, kv_heads, context, batch_size, tree,
-                                          meta["copy_bandwidth_gbps"], notes)
-                    rows.append(row)
-                    print("  ".join(f"{c:>11}" for c in _cells(row)), flush=True)
-                    torch.cuda.empty_cache()
+    for sweep in QUICK if options.quick else FULL:
+        for head_dim, kv_heads, context, batch_size, tree in itertools.product(
+                sweep.head_dims, sweep.kv_heads, sweep.contexts, sweep.batches, sweep.trees):
+            row = bench_attention(timer, head_dim, kv_heads, context, batch_size, tree,
+                                  meta["copy_bandwidth_gbps"], notes)
+            rows.append(row)
+            print("  ".join(f"{c:>11}" for c in _cells(row)), flush=True)
+            torch.cuda.empty_cache()
     compaction = bench_compaction(timer)
     print(f"compaction: {json.dumps(compaction)}")
     for note in notes:

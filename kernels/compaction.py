@@ -92,19 +92,22 @@ def compact_kv_ref(
                 cache[dst_block, dst % block_size] = cache[src_block, src % block_size]
 
 
-@triton.jit
+@triton.jit(do_not_specialize=configs.COMPACT_NOT_SPECIALIZED)
 def _compact_kv_kernel(
     cache_ptrs_ptr, accepted_ptr, accepted_start_loc_ptr, prefix_lens_ptr, block_tables_ptr,
     stride_bt, block_size, stride_block_words, stride_slot_words, row_words,
     BLOCK_WORDS: tl.constexpr,
 ):
-    """Grid (B, num_caches): copy request b's accepted rows inside cache c, in path order."""
+    """Grid (B, num_caches): copy request b's accepted rows inside cache c, in path order.
+
+    Slot offsets are computed in int64 (a cache may hold more than 2^31 words).
+    """
     b = tl.program_id(0)
     base = tl.load(cache_ptrs_ptr + tl.program_id(1)).to(tl.pointer_type(tl.int32))
     first = tl.load(accepted_start_loc_ptr + b)
     count = tl.load(accepted_start_loc_ptr + b + 1) - first
     prefix = tl.load(prefix_lens_ptr + b)
-    bt_row = block_tables_ptr + b * stride_bt
+    bt_row = block_tables_ptr + b.to(tl.int64) * stride_bt
     offs = tl.arange(0, BLOCK_WORDS)
     for i in range(1, count):
         node = tl.load(accepted_ptr + first + i)
@@ -112,9 +115,9 @@ def _compact_kv_kernel(
             src = prefix + node
             dst = prefix + i
             src_row = (tl.load(bt_row + src // block_size).to(tl.int64) * stride_block_words
-                       + (src % block_size) * stride_slot_words)
+                       + (src % block_size).to(tl.int64) * stride_slot_words)
             dst_row = (tl.load(bt_row + dst // block_size).to(tl.int64) * stride_block_words
-                       + (dst % block_size) * stride_slot_words)
+                       + (dst % block_size).to(tl.int64) * stride_slot_words)
             for w in range(0, row_words, BLOCK_WORDS):
                 word_ok = w + offs < row_words
                 x = tl.load(base + src_row + w + offs, mask=word_ok)

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # One-command GPU check of entmtp_kernels: the kernel tests on CUDA (fp16/bf16), then the benchmark.
 #
-#   bash kernels/gpu_check.sh [--quick]      # --quick: the 8-configuration benchmark subset
+#   bash kernels/gpu_check.sh [--quick]      # --quick: the 12-configuration benchmark subset
 #
+# The tests cover every supported head dim (64, 80, 96, 128, 256) with and without logits
+# soft-capping, GQA, split-KV, a cache whose KV heads lie more than 2^31 elements apart (needs
+# 9 GiB of free GPU memory) and that no step compiles again after the warm-up launches. The
+# benchmark times head dim 128 (Llama-7B shapes) plus the padded 96 and 256.
 # Needs only python with CUDA torch and triton (no vLLM, this package not installed): a temporary
 # directory holding a symlink entmtp_kernels -> kernels/ goes first on PYTHONPATH. pytest is
 # pip-installed if missing; if that fails, `python -m entmtp_kernels.selfcheck` stands in for the

@@ -2,7 +2,8 @@
 
 `python -m entmtp_kernels.selfcheck` runs it (exit 1 on any mismatch); `kernels/gpu_check.sh` falls
 back to it where pytest cannot be installed, and the benchmark runs `check_attention` before
-timing. The pytest files in tests/kernels cover more cases; this is the short version.
+timing. The pytest files in tests/kernels cover more cases; this is the short version: head dims
+128, 64, a padded 96 and 256 with logits soft-capping, each with automatic and 4 KV splits.
 """
 
 import sys
@@ -29,12 +30,16 @@ class AttentionCase:
     num_q_heads: int
     num_kv_heads: int
     head_dim: int
+    softcap: float = 0.0
 
 
 CASES = [
     AttentionCase("llama7b_gqa4", [300, 17, 0], [64, 0, 33], 32, 8, 128),
     AttentionCase("llama7b_mha", [1000, 5], [8, 64], 32, 32, 128),
     AttentionCase("smollm2_gqa3", [40, 129], [20, 1], 9, 3, 64),
+    AttentionCase("phi3_d96_mha", [500, 3], [32, 0], 32, 32, 96),
+    # Gemma-2-2B's heads; a cap of 1.5 bites on these N(0, 1) scores (Gemma 2 uses 50).
+    AttentionCase("gemma2_d256_gqa2_softcap", [700, 40], [16, 40], 8, 4, 256, softcap=1.5),
 ]
 
 
@@ -49,7 +54,7 @@ class CheckResult:
         return self.max_error <= self.tolerance  # NaN fails too
 
     def line(self) -> str:
-        return (f"{'ok  ' if self.ok else 'FAIL'} {self.name:<44} max|err| {self.max_error:.3e} "
+        return (f"{'ok  ' if self.ok else 'FAIL'} {self.name:<56} max|err| {self.max_error:.3e} "
                 f"(tolerance {self.tolerance:.0e})")
 
 
@@ -66,9 +71,10 @@ def check_attention(device: torch.device, dtypes: tuple[torch.dtype, ...]) -> li
         for dtype in dtypes:
             batch = make_paged_batch(case.prefix_lens, masks, case.num_q_heads, case.num_kv_heads,
                                      case.head_dim, 16, dtype, device, seed=i)
-            expected = paged_tree_attention_ref(*batch.upcast())
+            expected = paged_tree_attention_ref(*batch.upcast(), softcap=case.softcap)
             for splits in (None, 4):
-                got = paged_tree_attention(*batch.attention_args(), num_splits=splits)
+                got = paged_tree_attention(*batch.attention_args(), num_splits=splits,
+                                           softcap=case.softcap)
                 error = (got.float() - expected).abs().max().item()
                 results.append(CheckResult(
                     f"attention {case.name} {str(dtype)[6:]} splits={splits or 'auto'}",

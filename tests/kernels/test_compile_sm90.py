@@ -14,7 +14,8 @@ import pytest
 
 from entmtp_kernels.compile_check import shipped_configs
 
-# ~1.5 minutes on a cold Triton cache: part of `make test`, not of `make test-fast`.
+# 51 variants, 1.3 to 2.5 minutes on a cold Triton cache (2 CPU cores): part of `make test`, not
+# of `make test-fast`.
 pytestmark = pytest.mark.slow
 
 
