@@ -32,6 +32,9 @@ ADDITIONAL_CONFIG_KEY = "entmtp"
 
 PROPOSER_CLASS = "entmtp_vllm.EntMTP"
 """What `--speculative-config`'s `model` names to select EntMTP (vLLM's `custom_class`)."""
+METHOD = "entmtp"
+"""The `method` (or short `model`) users write for EntMTP: `--speculative-config '{"method":
+"entmtp"}'`, `--spec-method entmtp`, `--spec-model entmtp` (mapped onto `PROPOSER_CLASS`)."""
 
 
 

@@ -1,25 +1,30 @@
 """What the general plugin changes in vLLM, in every process, before any engine is built.
 
-1. Attention backends (`register_backend`, vLLM 0.32.0 `v1/attention/backends/registry.py:340`):
-   `CPU_ATTN` resolves to `TreeCPUAttentionBackend`, `FLASH_ATTN` and `TRITON_ATTN` to the EntMTP
-   CUDA backends (`gpu_attention.py`). Without a `TreeStep` on a step's metadata each behaves
-   exactly like the stock backend, so engines without EntMTP are unaffected.
-2. `EngineArgs.create_speculative_config` is wrapped so that the form users type,
-   `--speculative-config '{"method": "entmtp", ...}'` (or `--spec-method entmtp`), maps onto
-   vLLM's `custom_class` route (`"model": "entmtp_vllm.EntMTP"`) before vLLM validates the method
-   (a closed `Literal`); a missing `num_speculative_tokens` becomes the largest tree's drafts.
+Everything here runs when `register()` is called (vLLM loads its general plugins in every
+process); importing this module changes nothing. Only the running platform's package is
+imported (`platforms.py`: `cpu/` on vLLM's CPU platform, `cuda/` on CUDA), so a CUDA
+process never imports vLLM's CPU worker, which replaces torch's CUDA APIs process-wide.
+
+1. Attention backends (`register_backend`, vLLM 0.32 `v1/attention/backends/registry.py`): the
+   platform package registers its tree backends under vLLM's names (`CPU_ATTN` on CPU;
+   `FLASH_ATTN` and `TRITON_ATTN` on CUDA). Without a `TreeStep` on a step's metadata each
+   behaves exactly like the stock backend, so engines without EntMTP are unaffected.
+2. The forms users type map onto vLLM's `custom_class` route (`"model": "entmtp_vllm.EntMTP"`)
+   before vLLM validates the method (a closed `Literal`): `--speculative-config '{"method":
+   "entmtp"}'`, `--speculative-config '{"model": "entmtp"}'`, `--spec-method entmtp` and
+   `--spec-model entmtp` (`EngineArgs.create_speculative_config` is wrapped; `--spec-method`'s
+   choices in vLLM's argument parser get `entmtp`). A missing `num_speculative_tokens` becomes
+   the largest tree's drafts.
 3. The current platform's `check_and_update_config` (run while `VllmConfig` is built, in the
-   process that parses the arguments) is wrapped, on every platform: when the speculative model
-   is EntMTP it validates `additional_config["entmtp"]`, refuses what the tree path cannot serve
-   (`support.py`), and, if `--worker-cls` was left at auto, selects the platform's EntMTP worker.
+   process that parses the arguments) is wrapped: when the speculative model is EntMTP it
+   validates `additional_config["entmtp"]`, refuses what the tree path cannot serve
+   (`support.py`, the platform package's `problems`), applies the platform's settings
+   (`configure`) and, if `--worker-cls` was left at auto, selects the platform's EntMTP worker.
    Any `EntMTPError` there makes vLLM refuse to start, before any model is loaded.
-4. On CPU, vLLM's Ray executor (`--distributed-executor-backend ray`, which vLLM 0.32.0 refuses
-   there): the CPU platform gets a Ray device (Ray's logical `GPU` resource, which the cluster
-   declares) in every process, and an engine with that executor gets Ray's setup hook that does
-   the same in its worker actors (`ray_cpu.py`).
-5. vLLM's multiprocess executor answers `take_draft_token_ids` from the drafts EntMTP's runner
-   attached to the step's output, instead of a round trip to the worker (`draft_handoff.py`);
-   `cpu_gemm/vllm_gemm.py` wraps vLLM's CPU linear dispatch (`ENTMTP_CPU_GEMM=packed`).
+4. vLLM's multiprocess executor answers `take_draft_token_ids` from the drafts EntMTP's runner
+   attached to the step's output, instead of a round trip to the worker (`draft_handoff.py`).
+5. Platform extras (`cpu/__init__.py`): on CPU, vLLM's Ray executor gets a Ray device, and
+   vLLM's CPU linear dispatch the packed matrix multiply hook (`ENTMTP_CPU_GEMM=packed`).
 """
 
 from __future__ import annotations
@@ -27,21 +32,13 @@ from __future__ import annotations
 from typing import Any
 
 from entmtp_vllm.errors import EntMTPError
-from entmtp_vllm.vllm_plugin.config import PROPOSER_CLASS, config_from_vllm, heads_folder, parse_config, resolve
-from entmtp_vllm.vllm_plugin.ray_cpu import name_ray_device, prepare_ray_executor
-
-CPU_ATTENTION_BACKEND = "entmtp_vllm.vllm_plugin.attention.TreeCPUAttentionBackend"
-FLASH_ATTENTION_BACKEND = "entmtp_vllm.vllm_plugin.gpu_attention.TreeFlashAttentionBackend"
-TRITON_ATTENTION_BACKEND = "entmtp_vllm.vllm_plugin.gpu_attention.TreeTritonAttentionBackend"
-WORKERS = {
-    "cpu": ("entmtp_vllm.vllm_plugin.worker.EntMTPCPUWorker", ("vllm.v1.worker.cpu_worker.CPUWorker",)),
-    "cuda": ("entmtp_vllm.vllm_plugin.worker.EntMTPGPUWorker", ("vllm.v1.worker.gpu_worker.Worker",)),
-}
-"""Platform: (the EntMTP worker, the stock workers it replaces when --worker-cls is auto)."""
-CPU_WORKER = WORKERS["cpu"][0]
+from entmtp_vllm.vllm_plugin.config import METHOD, PROPOSER_CLASS, config_from_vllm, heads_folder, parse_config, resolve
+from entmtp_vllm.vllm_plugin.platforms import platform_package
+from entmtp_vllm.vllm_plugin.support import check_supported
 PROPOSER_NAMES = (PROPOSER_CLASS, "entmtp_vllm.vllm_plugin.proposer.EntMTPProposer")
-METHOD = "entmtp"
-"""The `method` users write in `--speculative-config`."""
+SPEC_FLAGS = (("--spec-method", "spec_method", "method"), ("--spec-model", "spec_model", "model"),
+              ("--spec-tokens", "spec_tokens", "num_speculative_tokens"))
+"""vLLM's short speculative flags: (flag, `EngineArgs` field, `--speculative-config` key)."""
 
 _MARK = "_entmtp_wrapped"
 
@@ -62,70 +59,108 @@ def platform_name(platform: Any) -> str:
 
 
 def prepare_config(vllm_config: Any, platform: str = "cpu") -> None:
-    """Validate the EntMTP settings, refuse what cannot be served, pick the platform's worker
-    (no-op for other engines)."""
+    """Validate the EntMTP settings, refuse what cannot be served, apply the platform's settings
+    and pick its worker (no-op for other engines)."""
     if not entmtp_requested(vllm_config):
         return
-    from entmtp_vllm.vllm_plugin.support import check_supported
-
     settings = config_from_vllm(vllm_config)
     resolve(settings, vllm_config.speculative_config.num_speculative_tokens)
     heads_folder(settings)
     check_supported(vllm_config, platform)
-    worker, stock = WORKERS[platform]
+    package = platform_package(platform)
+    configure = getattr(package, "configure", None)
+    if configure is not None:
+        configure(vllm_config)
     parallel = vllm_config.parallel_config
-    if parallel.worker_cls == "auto" or parallel.worker_cls in stock:
-        parallel.worker_cls = worker
+    if parallel.worker_cls == "auto" or parallel.worker_cls in package.STOCK_WORKERS:
+        parallel.worker_cls = package.WORKER
+
+
+def _names_entmtp(speculative: Any) -> bool:
+    return isinstance(speculative, dict) and METHOD in (speculative.get("method"), speculative.get("model"))
 
 
 def map_method(speculative: dict[str, Any] | None, additional: Any) -> dict[str, Any] | None:
-    """`{"method": "entmtp", ...}` as vLLM's `custom_class` form; other configs unchanged."""
-    if not isinstance(speculative, dict) or speculative.get("method") != METHOD:
+    """`{"method": "entmtp", ...}` (or `{"model": "entmtp", ...}`) as vLLM's `custom_class` form;
+    other configs unchanged."""
+    if not _names_entmtp(speculative):
         return speculative
-    mapped = {key: value for key, value in speculative.items() if key != "method"}
+    mapped = {key.replace("-", "_"): value for key, value in speculative.items() if key != "method"}
     model = mapped.get("model")
-    if model is not None and model not in PROPOSER_NAMES:
+    if model is not None and model != METHOD and model not in PROPOSER_NAMES:
         raise EntMTPError(
             f"--speculative-config: with \"method\": \"entmtp\" leave \"model\" out (got {model!r}); EntMTP's heads "
             "and trees go in --additional-config '{\"entmtp\": {\"heads\": ..., \"bank\": ...}}'"
         )
+    method = speculative.get("method")
+    if method is not None and method != METHOD:
+        raise EntMTPError(f"--speculative-config: \"model\": \"entmtp\" is EntMTP, but \"method\" is {method!r}: "
+                          "leave \"method\" out or write \"entmtp\"")
     mapped["model"] = PROPOSER_CLASS
-    if mapped.get("num_speculative_tokens", mapped.get("num-speculative-tokens")) is None:
+    if mapped.get("num_speculative_tokens") is None:
         raw = additional.get("entmtp") if isinstance(additional, dict) else None
         mapped["num_speculative_tokens"] = resolve(parse_config(raw)).bank.max_nodes - 1
     return mapped
 
 
+def fold_spec_flags(engine_args: Any) -> None:
+    """When EntMTP is asked for, by a short flag or in `--speculative-config`: the short flags
+    (`--spec-method entmtp`, `--spec-model entmtp`, `--spec-tokens N`) moved into the speculative
+    config (vLLM would otherwise add `--spec-tokens` after the mapping filled in the default)."""
+    flags = {key: getattr(engine_args, field) for _, field, key in SPEC_FLAGS}
+    if METHOD not in (flags["method"], flags["model"]) and not _names_entmtp(engine_args.speculative_config):
+        return
+    merged = dict(engine_args.speculative_config or {})
+    for flag, field, key in SPEC_FLAGS:
+        value = flags[key]
+        if value is None:
+            continue
+        if key in merged or key.replace("_", "-") in merged:
+            raise EntMTPError(f"{flag} and --speculative-config['{key}'] are mutually exclusive")
+        merged[key] = value
+        setattr(engine_args, field, None)
+    engine_args.speculative_config = merged
+
+
 def wrap_engine_args() -> None:
-    """Map `method: entmtp` before vLLM builds its `SpeculativeConfig` (once per process)."""
+    """Map EntMTP's forms before vLLM builds its `SpeculativeConfig`, and accept `entmtp` among
+    `--spec-method`'s choices in vLLM's parser (once per process)."""
     from vllm.engine.arg_utils import EngineArgs
 
     stock = EngineArgs.create_speculative_config
-    if getattr(stock, _MARK, False):
-        return
+    if not getattr(stock, _MARK, False):
 
-    def create_speculative_config(self, *args, **kwargs):
-        if self.spec_method == METHOD:  # --spec-method entmtp
-            self.speculative_config = {**(self.speculative_config or {}), "method": METHOD}
-            self.spec_method = None
-        self.speculative_config = map_method(self.speculative_config, self.additional_config)
-        return stock(self, *args, **kwargs)
+        def create_speculative_config(self, *args, **kwargs):
+            fold_spec_flags(self)
+            self.speculative_config = map_method(self.speculative_config, self.additional_config)
+            return stock(self, *args, **kwargs)
 
-    setattr(create_speculative_config, _MARK, True)
-    EngineArgs.create_speculative_config = create_speculative_config
+        setattr(create_speculative_config, _MARK, True)
+        EngineArgs.create_speculative_config = create_speculative_config
+
+    stock_cli = EngineArgs.add_cli_args
+    if not getattr(stock_cli, _MARK, False):
+
+        def add_cli_args(parser, *args, **kwargs):
+            parser = stock_cli(parser, *args, **kwargs)
+            accept_method_choice(parser)
+            return parser
+
+        setattr(add_cli_args, _MARK, True)
+        EngineArgs.add_cli_args = staticmethod(add_cli_args)
 
 
-def register_attention_backends() -> None:
-    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
-
-    register_backend(AttentionBackendEnum.CPU_ATTN, CPU_ATTENTION_BACKEND)
-    register_backend(AttentionBackendEnum.FLASH_ATTN, FLASH_ATTENTION_BACKEND)
-    register_backend(AttentionBackendEnum.TRITON_ATTN, TRITON_ATTENTION_BACKEND)
+def accept_method_choice(parser: Any) -> None:
+    """`entmtp` among the choices of `parser`'s `--spec-method` (vLLM derives them from its
+    method `Literal`); a copy of the list, so vLLM's own stays as it is."""
+    for action in getattr(parser, "_actions", ()):
+        if "--spec-method" in action.option_strings and action.choices is not None and METHOD not in action.choices:
+            action.choices = [*action.choices, METHOD]
 
 
 def wrap_platform() -> None:
-    """Run `prepare_config` after the current platform's own config checks (once per process);
-    on CPU, also `prepare_ray_executor` and the platform's Ray device."""
+    """Install the current platform's package and run `prepare_config` after the platform's own
+    config checks (once per process)."""
     from vllm.platforms import current_platform
 
     platform_cls = current_platform if isinstance(current_platform, type) else type(current_platform)
@@ -133,13 +168,15 @@ def wrap_platform() -> None:
     if getattr(stock, _MARK, False):
         return
     name = platform_name(current_platform)
-    if name == "cpu":
-        name_ray_device(platform_cls)
+    package = platform_package(name)
+    if package is not None:
+        package.install(platform_cls)
+    prepare = getattr(package, "prepare", None)
 
     def check_and_update_config(cls, vllm_config) -> None:
         stock(vllm_config)
-        if name == "cpu":
-            prepare_ray_executor(vllm_config)
+        if prepare is not None:
+            prepare(vllm_config)
         prepare_config(vllm_config, name)
 
     setattr(check_and_update_config, _MARK, True)

@@ -24,7 +24,6 @@ from typing import Any
 
 import torch
 
-from entmtp_vllm.cpu_gemm.vllm_gemm import route_heads
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.lookup import NO_MATCH, LookupMatch, PromptLookup
 from entmtp_vllm.scheduling import RequestSchedule, TreeScheduler
@@ -37,7 +36,7 @@ from entmtp_vllm.vllm_plugin.config import PROPOSER_CLASS, EntMTPConfig, config_
 
 WORKER_HINT = (
     "EntMTP needs its model runner: leave --worker-cls at auto (the plugin then picks "
-    "entmtp_vllm.vllm_plugin.worker.EntMTPCPUWorker on CPU, EntMTPGPUWorker on CUDA) and keep the plugin "
+    "entmtp_vllm.vllm_plugin.cpu.worker.EntMTPCPUWorker on CPU, entmtp_vllm.vllm_plugin.cuda.worker.EntMTPGPUWorker on CUDA) and keep the plugin "
     "allowed (VLLM_PLUGINS unset or naming 'entmtp'); a custom worker class disables that"
 )
 
@@ -186,7 +185,9 @@ class EntMTPProposer:
 
             vocab = load_draft_vocab(folder, heads.vocab_size, self.settings.draft_vocab_size)
         self.drafter = TreeDrafter(heads, embed, lm_head, draft_vocab=vocab)
-        if self.settings.head_gemm == "engine":
+        if self.settings.head_gemm == "engine" and self.device.type == "cpu":
+            from entmtp_vllm.cpu_gemm.vllm_gemm import route_heads  # the CPU platform's matrix multiply
+
             self.stats.head_gemm, self.stats.head_gemm_layers = route_heads(self.drafter)
 
     @property

@@ -1,7 +1,9 @@
 """What the tree path cannot serve, refused while vLLM builds its config (before any model loads).
 
 `check_supported(vllm_config, platform)` raises one `EntMTPError` line naming every setting the
-tree path cannot handle and the fix for each. It runs in the process that parses the arguments
+tree path cannot handle and the fix for each: the checks every platform shares (here) and the
+platform package's own (`cpu.problems`, `cuda.problems`: on CUDA the kernels' dtypes, head sizes
+and attention backends). It runs in the process that parses the arguments
 (`install.prepare_config`), so `vllm serve` exits at start-up instead of failing at the first tree
 step while serving.
 """
@@ -10,10 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from entmtp_vllm.cpu_attention import rows
 from entmtp_vllm.errors import EntMTPError
-
-SUPPORTED_PLATFORMS = ("cpu", "cuda")
+from entmtp_vllm.vllm_plugin.platforms import PLATFORM_PACKAGES, platform_package
 
 SINK_MODEL_TYPES = ("gpt_oss",)
 """Model types whose attention has learned sinks (vLLM passes `sinks` to the impl)."""
@@ -45,8 +45,9 @@ def _model_problems(model: Any) -> list[str]:
 def unsupported(vllm_config: Any, platform: str) -> list[str]:
     """Each setting of `vllm_config` the tree path cannot serve, with its fix."""
     problems = []
-    if platform not in SUPPORTED_PLATFORMS:
-        problems.append(f"the {platform} platform (EntMTP runs on {' and '.join(SUPPORTED_PLATFORMS)})")
+    package = platform_package(platform)
+    if package is None:
+        problems.append(f"the {platform} platform (EntMTP runs on {' and '.join(PLATFORM_PACKAGES)})")
     if vllm_config.model_config is not None:
         problems += _model_problems(vllm_config.model_config)
     cache_dtype = str(vllm_config.cache_config.cache_dtype)
@@ -60,12 +61,26 @@ def unsupported(vllm_config: Any, platform: str) -> list[str]:
         )
     if parallel.pipeline_parallel_size > 1:
         problems.append(f"pipeline parallelism (--pipeline-parallel-size {parallel.pipeline_parallel_size}): use 1")
-    if platform == "cpu":
-        try:
-            rows.mode()
-        except EntMTPError as exc:
-            problems.append(str(exc))
+    if getattr(parallel, "data_parallel_size", 1) > 1:
+        problems.append(
+            f"data parallelism (--data-parallel-size {parallel.data_parallel_size}: each rank would plan and pad "
+            "its own tree steps): use --data-parallel-size 1, one server per GPU"
+        )
+    if getattr(vllm_config.cache_config, "kv_sharing_fast_prefill", False):
+        problems.append("--kv-sharing-fast-prefill (it skips layers' rows that tree verification reads): leave it out")
+    if _uses_v2_model_runner(vllm_config):
+        problems.append("vLLM's V2 model runner (EntMTP extends the V1 runner): set VLLM_USE_V2_MODEL_RUNNER=0 "
+                        "and leave out options that need V2 (watermarking, HiSparse)")
+    if package is not None:
+        problems += package.problems(vllm_config)
     return problems
+
+
+def _uses_v2_model_runner(vllm_config: Any) -> bool:
+    try:
+        return bool(getattr(vllm_config, "use_v2_model_runner", False))
+    except ValueError:  # vLLM's own refusal of an inconsistent V2 setting: vLLM reports it
+        return False
 
 
 def check_supported(vllm_config: Any, platform: str) -> None:

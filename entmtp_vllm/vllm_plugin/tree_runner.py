@@ -11,7 +11,10 @@ One decode step, top to bottom (line numbers of vLLM 0.32.0, `v1/worker/gpu_mode
    buffers, the token rows they occupy, and the attention backend's `TreeStep`.
 3. `_build_attention_metadata` (:2249): the `TreeStep` is attached to every attention metadata
    object of the step (`TREE_STEP_ATTR`), so the tree attention backend reads it from the
-   metadata vLLM hands each layer -- no global state.
+   metadata vLLM hands each layer -- no global state. The plan lives exactly one step: it is
+   cleared when `execute_model` starts, when it returns without sampling, and after
+   `sample_tokens` (whether or not vLLM ran the drafter), so a dummy run between steps (data
+   parallel ranks, profiling) never sees a tree.
 4. `_sample` (:3437): per request, the core acceptance rule over its logits rows (greedy /
    typical / lossless), then KV compaction of the accepted paths to contiguous slots
    (`_entmtp_compact`, the platform's); returns `[accepted drafts..., bonus]` rows padded with -1.
@@ -25,8 +28,8 @@ plus the gap since the previous step when steps run back to back (the engine's s
 decode-only steps feed the proposer's step-cost model (`step_cost.py`, which the step budget
 reads), and the time of EntMTP's own phases (plan, verify, compact, draft) is counted beside it.
 
-The platform runners (`model_runner.py`) add only what differs: where compaction writes
-(`_entmtp_compact`). Drafts are read from `scheduler_output.scheduled_spec_decode_tokens`, never
+The platform runners (`cpu/model_runner.py`, `cuda/model_runner.py`) add only what differs:
+where compaction writes (`_entmtp_compact`). Drafts are read from `scheduler_output.scheduled_spec_decode_tokens`, never
 from `input_ids` (which clamps the scheduler's -1 placeholders to token 0). Requests without a
 usable draft (prefill, placeholders, a draft that is not ours) are sampled from their first row
 and accept nothing. The tree path samples with temperature, top-k, top-p and per-request seeds.
@@ -41,9 +44,10 @@ so the whole batch decodes exactly as vLLM without speculation. Requests with st
 get no drafts (the grammar checks drafts as one sequence); vLLM's bitmask still applies to their
 single row.
 
-Host synchronisations the tree path adds on a GPU (each named where it happens): the acceptance
-rule reads each tree request's logits rows on the host (`accept`), and the features p0 / entropy
-are read back once per step (`_root_features`).
+Host synchronisations the tree path adds on a GPU are marked "host sync (GPU)" where they happen
+and listed, with their call sites, in `docs/gpu.md`: greedy verification reads the step's argmax
+tokens back once, the policy's p0 / entropy are read back once per step, sampled requests read
+their rows' probabilities as their walks need them.
 """
 
 from __future__ import annotations
@@ -65,9 +69,15 @@ from entmtp_vllm.vllm_plugin.draft_handoff import attach as attach_drafts
 from entmtp_vllm.vllm_plugin.proposer import DraftRequest, EntMTPProposer, Proposal, remaining_tokens
 from entmtp_vllm.vllm_plugin.sampled_rows import SampledRows
 from entmtp_vllm.vllm_plugin.step_plan import StepPlan, Verification, core_params, unsupported
-from entmtp_vllm.vllm_plugin.tree_step import TREE_STEP_ATTR, TreeStep
+from entmtp_vllm.vllm_plugin.tree_step import TREE_STEP_ATTR, TreeStep, build_tree_step
 
 logger = init_logger(__name__)
+
+def sampled_ends(num_drafts) -> np.ndarray:
+    """End of each request's logits rows (vLLM's `cu_num_sampled_tokens`: a request samples its
+    drafts + 1 rows), from the host list vLLM keeps beside that device tensor: no device read."""
+    return np.cumsum(np.asarray(num_drafts, dtype=np.int64) + 1)
+
 
 def _accepted_rows(plan: StepPlan, i: int, root_row: int, accepted: list[int]) -> tuple[int, list[int]]:
     """(position of the root, token rows of the accepted nodes) of request i: after compaction
@@ -130,13 +140,20 @@ class TreeRunnerMixin:
     def execute_model(self, scheduler_output, intermediate_tensors=None):
         self._entmtp_started = time.perf_counter() if self._entmtp is not None else None
         self._entmtp_shape = None
+        self._entmtp_plan = None  # built again by this step's _prepare_inputs
         output = super().execute_model(scheduler_output, intermediate_tensors)
         if output is not None:  # nothing to sample: no sample_tokens follows
             self._entmtp_started = None
+            self._entmtp_plan = None
         return output
 
     def sample_tokens(self, grammar_output):
-        output = super().sample_tokens(grammar_output)
+        try:
+            output = super().sample_tokens(grammar_output)
+        finally:
+            # The plan lives one step: vLLM skips the drafter (which reads it) when a request's
+            # context does not fit it, and a dummy run after this step must not see its tree.
+            self._entmtp_plan = None
         if self._entmtp is not None and isinstance(output, ModelRunnerOutput):
             output = attach_drafts(output, self.take_draft_token_ids())  # no round trip for them
         started, self._entmtp_started = self._entmtp_started, None
@@ -243,39 +260,13 @@ class TreeRunnerMixin:
             values = torch.from_numpy(np.concatenate(position_values)).to(self.positions.device, self.positions.dtype)
             self.positions[rows] = values
         return StepPlan(
-            num_reqs, starts, trees, params, prefix_lens, self._tree_step(trees, starts), stock_sampler,
+            num_reqs, starts, trees, params, prefix_lens, self._tree_step_of(trees, starts), stock_sampler,
             decode_only=decode_only, tree_tokens=tree_tokens,
         )
 
-    def _tree_step(self, trees: list[Verification | None], starts: np.ndarray) -> TreeStep | None:
-        """The attention backend's view of this step's non-chain trees (None: there are none)."""
-        rows = [i for i, tree in enumerate(trees) if tree is not None and not tree.chain]
-        if not rows:
-            return None
-        sizes = [trees[i].buffers.num_nodes for i in rows]
-        nmax = max(sizes)
-        token_rows = torch.zeros(len(rows), nmax, dtype=torch.long)
-        valid = torch.zeros(len(rows), nmax, dtype=torch.bool)
-        mask = torch.eye(nmax, dtype=torch.bool).repeat(len(rows), 1, 1)
-        capture = []
-        for r, (i, n) in enumerate(zip(rows, sizes)):
-            start = int(starts[i])
-            token_rows[r] = start
-            token_rows[r, :n] = torch.arange(start, start + n)
-            valid[r, :n] = True
-            mask[r, :n, :n] = trees[i].buffers.attention_mask
-            trees[i].capture_start = len(capture)
-            capture.extend(range(start, start + n))
+    def _tree_step_of(self, trees: list[Verification | None], starts: np.ndarray) -> TreeStep | None:
         compaction = not self._entmtp.settings.debug_disable_compaction
-        return TreeStep(
-            batch_rows=torch.tensor(rows, dtype=torch.long),
-            token_rows=token_rows,
-            node_valid=valid,
-            tree_mask=mask,
-            num_nodes=torch.tensor(sizes, dtype=torch.long),
-            compaction=compaction,
-            capture_rows=torch.tensor(capture, dtype=torch.long) if compaction and self._entmtp_captures_kv else None,
-        )
+        return build_tree_step(trees, starts, compaction, capture=compaction and self._entmtp_captures_kv)
 
     # ------------------------------------------------------------------ verification
 
@@ -290,7 +281,7 @@ class TreeRunnerMixin:
     def _sample_untreed(self, plan: StepPlan, logits: torch.Tensor, metadata) -> SamplerOutput:
         """No tree to verify: vLLM's sampler on each request's first logits row (its root)."""
         num_drafts = np.asarray(metadata.num_draft_tokens, dtype=np.int64)
-        first = metadata.cu_num_sampled_tokens.cpu().numpy().astype(np.int64) - num_drafts - 1
+        first = sampled_ends(num_drafts) - num_drafts - 1
         rows = logits if not num_drafts.any() else logits[torch.from_numpy(first)]
         p0, entropies = self._root_features(plan, rows)  # before vLLM's sampler scales `rows` in place
         output = super()._sample(rows, None)
@@ -308,7 +299,7 @@ class TreeRunnerMixin:
         typical = drafter.settings.typical
         batch = self.input_batch
         num_drafts = metadata.num_draft_tokens
-        ends = metadata.cu_num_sampled_tokens.tolist()
+        ends = sampled_ends(num_drafts).tolist()
         emitted_rows: list[list[int]] = []
         last_rows: list[int] = []  # logits row of each request's last accepted node
         token_rows: list[int] = []
@@ -317,8 +308,8 @@ class TreeRunnerMixin:
         observed: list[tuple[int, list[int]]] | None = [] if drafter.observes_positions else None
         req_ids = batch.req_ids
         verified = [0] * 6  # trees, drafted nodes, accepted tokens, moves, lookup drafted / accepted
-        # One argmax over every row of the step for the greedy requests, brought to the host in
-        # one piece: each greedy request's walk is then Python over its tree's host lists.
+        # Host sync (GPU): one argmax over every row of the step for the greedy requests, brought to
+        # the host in one piece: each greedy request's walk is then Python over its tree's host lists.
         targets = greedy_tokens(logits).tolist() if any(p.greedy for p in plan.params[: plan.num_reqs]) else None
         # The sampled requests that draw a plain token or walk the lossless rule, verified
         # together: depth by depth, the rows their walks reach processed in one pass per setting.
@@ -329,6 +320,7 @@ class TreeRunnerMixin:
                 roots[i] = ends[i] - num_drafts[i] - 1
                 generators[i] = self.requests[req_ids[i]].generator
                 walks[i] = None if tree is None else LosslessWalk(tree.buffers, tree.token_ids, generators[i])
+        # Host syncs (GPU): each walk reads its uniforms, then per depth its children's probabilities.
         sampled = self._entmtp_sampled.verify(logits, roots, walks, plan.params, generators)
         for i in range(plan.num_reqs):
             hi = ends[i]
@@ -340,14 +332,13 @@ class TreeRunnerMixin:
                 emitted = [targets[lo] if params.greedy else sampled[i].bonus_token]
                 accept_lengths.append(None)
             else:
-                # Host sync (GPU): the acceptance rule reads this request's rows on the host.
                 tokens = tree.token_ids
                 buffers = tree.buffers
                 if params.greedy:
                     result = accept_greedy_host(buffers, tokens, targets[lo:hi])
                 elif i in sampled:
                     result = sampled[i]
-                else:
+                else:  # host sync (GPU): typical acceptance reads this request's rows
                     result = accept(mode, buffers, tree.tokens, logits[lo:hi], params=params, typical=typical,
                                     generator=self.requests[req_ids[i]].generator)
                 accepted = result.accepted

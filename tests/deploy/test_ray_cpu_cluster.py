@@ -1,5 +1,5 @@
 """The Ray executor's start-up check and the worker's placement line against a real local Ray
-(`entmtp_vllm/vllm_plugin/ray_cpu.py`: `check_ray_cluster`, `placement`): a cluster without GPU slots is refused
+(`entmtp_vllm/vllm_plugin/cpu/ray_device.py`: `check_ray_cluster`, `placement`): a cluster without GPU slots is refused
 in one line, one with enough passes and is left connected, no cluster at all is refused in one
 line, nor is a dead cluster address (at once); a Ray driver is no actor, a Ray actor names itself. Every Ray process is stopped at the end."""
 
@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from entmtp_vllm.errors import EntMTPError
-from entmtp_vllm.vllm_plugin.ray_cpu import check_ray_cluster
+from entmtp_vllm.vllm_plugin.cpu.ray_device import check_ray_cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -83,7 +83,7 @@ def test_a_dead_cluster_address_is_refused_in_seconds(monkeypatch):
 
 @pytest.mark.parametrize("local_ray", [0], indirect=True)
 def test_the_worker_names_the_ray_actor_it_runs_in(local_ray):
-    from entmtp_vllm.vllm_plugin.ray_cpu import placement
+    from entmtp_vllm.vllm_plugin.worker_base import placement
 
     class EntMTPCPUWorker:  # placement() reads only the class name
         pass
@@ -93,7 +93,7 @@ def test_the_worker_names_the_ray_actor_it_runs_in(local_ray):
     @ray.remote(num_cpus=0)
     class Probe:
         def where(self):
-            from entmtp_vllm.vllm_plugin.ray_cpu import placement
+            from entmtp_vllm.vllm_plugin.worker_base import placement
 
             return placement(EntMTPCPUWorker()), os.getpid()
 

@@ -1,6 +1,6 @@
 """EntMTP under vLLM's Ray executor on CPU: `entmtp serve -- --distributed-executor-backend ray`
 against a local Ray cluster (started here, node IP 127.0.0.1, one logical `GPU` slot: the Ray
-device the plugin gives the CPU platform, `entmtp_vllm/vllm_plugin/ray_cpu.py`), against the same
+device the plugin gives the CPU platform, `entmtp_vllm/vllm_plugin/cpu/ray_device.py`), against the same
 server with the default executor.
 
 Checks: greedy outputs identical on 3 prompts (24 tokens, float32); the EntMTP worker ran inside

@@ -94,7 +94,7 @@ def test_plugin_selects_the_worker(model_path, heads_folder):
         additional_config={"entmtp": {"heads": heads_folder}},
     )
     config = args.create_engine_config()
-    assert config.parallel_config.worker_cls == "entmtp_vllm.vllm_plugin.worker.EntMTPCPUWorker"
+    assert config.parallel_config.worker_cls == "entmtp_vllm.vllm_plugin.cpu.worker.EntMTPCPUWorker"
     assert config.scheduler_config.async_scheduling is False
 
 

@@ -1,11 +1,14 @@
-"""The general plugin's hooks: the `method: entmtp` form, start-up refusals (before any model
-loads), the worker of each platform, the backends it registers."""
+"""The general plugin's hooks: the forms users type (`method: entmtp`, `--spec-method entmtp`,
+`--spec-model entmtp`), start-up refusals (before any model loads), the worker of each platform,
+the backends it registers. The forms through vLLM's own `vllm serve` parser are in
+`test_serve_forms.py`."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from entmtp_vllm.config import CPU_ROWS_ATTENTION
 from entmtp_vllm.errors import EntMTPError
@@ -14,7 +17,8 @@ pytestmark = pytest.mark.vllm
 
 pytest.importorskip("vllm")
 
-from entmtp_vllm.vllm_plugin.install import WORKERS, map_method, prepare_config  # noqa: E402
+from entmtp_vllm.vllm_plugin.install import fold_spec_flags, map_method, prepare_config  # noqa: E402
+from entmtp_vllm.vllm_plugin.platforms import platform_package  # noqa: E402
 from entmtp_vllm.vllm_plugin.support import unsupported  # noqa: E402
 
 
@@ -28,21 +32,34 @@ def test_method_entmtp_maps_onto_the_custom_class_route():
     assert map_method(other, None) is other and map_method(None, None) is None
     with pytest.raises(EntMTPError, match="leave \"model\" out"):
         map_method({"method": "entmtp", "model": "org/draft"}, None)
+    # the short model name, as --spec-model entmtp writes it, is the same form
+    assert map_method({"model": "entmtp", "num-speculative-tokens": 4}, None) == {
+        "model": "entmtp_vllm.EntMTP", "num_speculative_tokens": 4}
+    with pytest.raises(EntMTPError, match="\"method\" is 'ngram'"):
+        map_method({"model": "entmtp", "method": "ngram"}, None)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("form", ["config", "flag"])
-def test_method_entmtp_builds_an_entmtp_engine_config(model_path, heads_folder, form):
-    from vllm.engine.arg_utils import EngineArgs
+def _engine_args(**fields):
+    base = dict(spec_method=None, spec_model=None, spec_tokens=None, speculative_config=None)
+    return SimpleNamespace(**{**base, **fields})
 
-    extra = {"speculative_config": {"method": "entmtp"}} if form == "config" else {"spec_method": "entmtp"}
-    args = EngineArgs(model=model_path, enforce_eager=True, additional_config={"entmtp": {"heads": heads_folder}},
-                      **extra)
-    config = args.create_engine_config()
-    assert config.speculative_config.method == "custom_class"
-    assert config.speculative_config.model == "entmtp_vllm.EntMTP"
-    assert config.speculative_config.num_speculative_tokens == 5  # the shipped bank's largest tree
-    assert config.parallel_config.worker_cls == WORKERS["cpu"][0]
+
+def test_short_flags_fold_into_the_speculative_config():
+    args = _engine_args(spec_method="entmtp", spec_tokens=4)
+    fold_spec_flags(args)
+    assert args.speculative_config == {"method": "entmtp", "num_speculative_tokens": 4}
+    assert (args.spec_method, args.spec_tokens) == (None, None)
+    args = _engine_args(spec_model="entmtp", speculative_config={"num_speculative_tokens": 3})
+    fold_spec_flags(args)
+    assert args.speculative_config == {"num_speculative_tokens": 3, "model": "entmtp"}
+    args = _engine_args(speculative_config={"method": "entmtp"}, spec_tokens=2)
+    fold_spec_flags(args)
+    assert map_method(args.speculative_config, None)["num_speculative_tokens"] == 2
+    with pytest.raises(EntMTPError, match="--spec-tokens and --speculative-config\\['num_speculative_tokens'\\]"):
+        fold_spec_flags(_engine_args(spec_method="entmtp", spec_tokens=2, speculative_config={"num_speculative_tokens": 3}))
+    other = _engine_args(spec_method="ngram", spec_tokens=4)
+    fold_spec_flags(other)  # not EntMTP: left to vLLM
+    assert other.spec_method == "ngram" and other.speculative_config is None
 
 
 @pytest.mark.slow
@@ -65,21 +82,28 @@ def test_vllm_refuses_what_the_tree_path_cannot_serve_before_loading(model_path,
         assert word in str(info.value)
 
 
-def _config(**model_overrides):
+def _config(**overrides):
+    """A stand-in for vLLM's config with the fields the checks read (a plain bf16 Llama)."""
     model = dict(
-        hf_text_config=SimpleNamespace(model_type="llama"), hf_config=SimpleNamespace(model_type="llama"),
+        hf_text_config=SimpleNamespace(model_type="llama", num_attention_heads=32), hf_config=SimpleNamespace(model_type="llama"),
         get_sliding_window=lambda: None, uses_alibi=False, use_mla=False, is_hybrid=False,
-        has_inner_state=False, is_attention_free=False, uses_mrope=False,
+        has_inner_state=False, is_attention_free=False, uses_mrope=False, dtype=torch.bfloat16,
     )
-    parallel = dict(tensor_parallel_size=1, pipeline_parallel_size=1)
-    for key in list(model_overrides):
-        if key in parallel:
-            parallel[key] = model_overrides.pop(key)
-    cache_dtype = model_overrides.pop("cache_dtype", "auto")
-    model.update(model_overrides)
+    parallel = dict(tensor_parallel_size=1, pipeline_parallel_size=1, data_parallel_size=1)
+    cache = dict(cache_dtype="auto", kv_sharing_fast_prefill=False)
+    attention = SimpleNamespace(backend=overrides.pop("backend", None), backend_per_kind={})
+    v2 = overrides.pop("use_v2_model_runner", False)
+    sizes = {key: overrides.pop(key) for key in ("head_size", "kv_heads") if key in overrides}
+    for key in list(overrides):
+        for group in (parallel, cache):
+            if key in group:
+                group[key] = overrides.pop(key)
+    model.update(overrides)
+    model["get_head_size"] = lambda: sizes.get("head_size", 128)
+    model["get_total_num_kv_heads"] = lambda: sizes.get("kv_heads", 8)
     return SimpleNamespace(
-        model_config=SimpleNamespace(**model), cache_config=SimpleNamespace(cache_dtype=cache_dtype),
-        parallel_config=SimpleNamespace(**parallel),
+        model_config=SimpleNamespace(**model), cache_config=SimpleNamespace(**cache),
+        parallel_config=SimpleNamespace(**parallel), attention_config=attention, use_v2_model_runner=v2,
     )
 
 
@@ -96,13 +120,45 @@ def _config(**model_overrides):
         ({"tensor_parallel_size": 2}, "cuda", "--tensor-parallel-size 1"),
         ({"pipeline_parallel_size": 2}, "cuda", "pipeline parallelism"),
         ({"cache_dtype": "fp8_e4m3"}, "cpu", "--kv-cache-dtype auto"),
+        ({"data_parallel_size": 2}, "cuda", "--data-parallel-size 1"),
+        ({"data_parallel_size": 2}, "cpu", "--data-parallel-size 1"),
+        ({"kv_sharing_fast_prefill": True}, "cuda", "--kv-sharing-fast-prefill"),
+        ({"use_v2_model_runner": True}, "cuda", "VLLM_USE_V2_MODEL_RUNNER=0"),
+        ({"use_v2_model_runner": True}, "cpu", "VLLM_USE_V2_MODEL_RUNNER=0"),
+        ({"dtype": torch.float32}, "cuda", "float32 weights (--dtype float32"),
+        ({"head_size": 72}, "cuda", "head size 72 (the tree kernels take 64, 80, 96, 128, 256)"),
+        ({"hf_text_config": SimpleNamespace(model_type="llama", num_attention_heads=128), "kv_heads": 1}, "cuda",
+         "128 query heads per KV head"),
+        ({"backend": "FLASHINFER"}, "cuda", "--attention-backend FLASH_ATTN or leave it out"),
         ({}, "rocm", "the rocm platform"),
     ],
 )
 def test_each_refusal_names_the_setting(overrides, platform, word):
     problems = unsupported(_config(**overrides), platform)
-    assert len(problems) == 1 and word in problems[0]
+    assert len(problems) == 1 and word in problems[0], problems
     assert unsupported(_config(), "cuda") == [] and unsupported(_config(), "cpu") == []
+
+
+@pytest.mark.parametrize("overrides", [{"dtype": torch.float32}, {"head_size": 72}, {"backend": "FLASHINFER"}])
+def test_what_only_the_gpu_kernels_cannot_serve_is_served_on_cpu(overrides):
+    assert unsupported(_config(**overrides), "cpu") == []
+
+
+def test_an_accepted_cuda_engine_gets_flash_attn_unless_it_chose_a_tree_backend(heads_folder):
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    for chosen, expected in ((None, "FLASH_ATTN"), ("TRITON_ATTN", "TRITON_ATTN")):
+        config = _config(backend=None if chosen is None else AttentionBackendEnum[chosen])
+        config.speculative_config = SimpleNamespace(method="custom_class", model="entmtp_vllm.EntMTP",
+                                                    num_speculative_tokens=5)
+        config.additional_config = {"entmtp": {"heads": heads_folder}}
+        config.parallel_config.worker_cls = "auto"
+        prepare_config(config, "cuda")
+        assert config.attention_config.backend == AttentionBackendEnum[expected]
+    other = _config()  # an engine without EntMTP is left alone
+    other.speculative_config = None
+    prepare_config(other, "cuda")
+    assert other.attention_config.backend is None
 
 
 def test_an_unknown_rows_attention_setting_is_refused_at_start_up(monkeypatch):
@@ -123,18 +179,21 @@ def test_prepare_config_picks_the_platforms_worker(platform, heads_folder):
     config.additional_config = {"entmtp": {"heads": heads_folder}}
     config.parallel_config.worker_cls = "auto"
     prepare_config(config, platform)
-    assert config.parallel_config.worker_cls == WORKERS[platform][0]
+    assert config.parallel_config.worker_cls == platform_package(platform).WORKER
+    assert config.parallel_config.worker_cls.startswith(f"entmtp_vllm.vllm_plugin.{platform}.worker.")
     config.parallel_config.worker_cls = "my.Worker"  # the user's own worker is kept
     prepare_config(config, platform)
     assert config.parallel_config.worker_cls == "my.Worker"
 
 
-def test_the_backends_the_plugin_registers_resolve():
+def test_on_cpu_the_plugin_registers_the_cpu_backend_only():
+    """Each platform registers its own backends (the CUDA ones, in a CUDA process:
+    `cuda/test_cuda_imports.py`)."""
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
     from entmtp_vllm.vllm_plugin import register
 
     register()
-    for name in ("CPU_ATTN", "FLASH_ATTN", "TRITON_ATTN"):
-        backend = getattr(AttentionBackendEnum, name).get_class()
-        assert backend.__module__.startswith("entmtp_vllm.vllm_plugin"), (name, backend)
+    assert AttentionBackendEnum.CPU_ATTN.get_class().__module__ == "entmtp_vllm.vllm_plugin.cpu.attention"
+    for name in ("FLASH_ATTN", "TRITON_ATTN"):
+        assert not AttentionBackendEnum[name].get_path().startswith("entmtp_vllm"), name

@@ -42,7 +42,7 @@ def llm(model_path, reference_ids, reference_samples):
     _oracle.TABLE = _oracle.bigram_table(reference_ids + reference_samples)
     engine = make_llm(
         model_path, {"bank": "full:2,2,1", "acceptance": "lossless", "budget": None}, num_speculative_tokens=10,
-        proposer="_oracle.OracleEntMTP", worker_cls="entmtp_vllm.vllm_plugin.worker.EntMTPCPUWorker",
+        proposer="_oracle.OracleEntMTP", worker_cls="entmtp_vllm.vllm_plugin.cpu.worker.EntMTPCPUWorker",
     )
     yield engine
     del engine

@@ -19,7 +19,7 @@ def llm(model_path, reference_ids):
     _oracle.TABLE = _oracle.bigram_table(reference_ids)
     engine = make_llm(
         model_path, {"bank": "full:2,2,1", "debug_disable_compaction": True, "budget": None}, num_speculative_tokens=10,
-        proposer="_oracle.OracleEntMTP", worker_cls="entmtp_vllm.vllm_plugin.worker.EntMTPCPUWorker",
+        proposer="_oracle.OracleEntMTP", worker_cls="entmtp_vllm.vllm_plugin.cpu.worker.EntMTPCPUWorker",
     )
     yield engine
     del engine

@@ -156,7 +156,7 @@ def test_head_feature_policy_reads_head_one_and_skips_it_under_the_fallback(tmp_
 
 def test_without_the_entmtp_runner_the_error_names_the_worker():
     proposer = _proposer({"bank": "full:2,1,1"})
-    with pytest.raises(EntMTPError, match="--worker-cls at auto .*EntMTPCPUWorker on CPU, EntMTPGPUWorker on CUDA"):
+    with pytest.raises(EntMTPError, match="--worker-cls at auto .*cpu.worker.EntMTPCPUWorker on CPU, .*cuda.worker.EntMTPGPUWorker on CUDA"):
         proposer.propose([[1]], None, None)
     proposer.drafter = None
     with pytest.raises(EntMTPError, match="worker-cls"):

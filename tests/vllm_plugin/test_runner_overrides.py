@@ -19,9 +19,11 @@ from vllm.v1.worker.cpu_worker import CPUWorker  # noqa: E402
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # noqa: E402
 from vllm.v1.worker.gpu_worker import Worker  # noqa: E402
 
-from entmtp_vllm.vllm_plugin.model_runner import EntMTPCPUModelRunner, EntMTPGPUModelRunner  # noqa: E402
+from entmtp_vllm.vllm_plugin.cpu.model_runner import EntMTPCPUModelRunner  # noqa: E402
+from entmtp_vllm.vllm_plugin.cpu.worker import EntMTPCPUWorker  # noqa: E402
+from entmtp_vllm.vllm_plugin.cuda.model_runner import EntMTPGPUModelRunner  # noqa: E402
+from entmtp_vllm.vllm_plugin.cuda.worker import EntMTPGPUWorker  # noqa: E402
 from entmtp_vllm.vllm_plugin.tree_runner import TreeRunnerMixin  # noqa: E402
-from entmtp_vllm.vllm_plugin.worker import EntMTPCPUWorker, EntMTPGPUWorker  # noqa: E402
 
 VLLM_OVERRIDES = ("__init__", "_update_states", "_prepare_inputs", "_build_attention_metadata", "_sample",
                   "propose_draft_token_ids", "initialize_attn_backend", "execute_model", "sample_tokens")
@@ -74,8 +76,8 @@ def test_workers_override_what_vllm_builds_the_runner_in():
 def test_cuda_tree_backends_subclass_the_stock_ones(backend_name):
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-    from entmtp_vllm.vllm_plugin import gpu_attention
-    from entmtp_vllm.vllm_plugin.gpu import TREE_BACKEND_ATTR
+    from entmtp_vllm.vllm_plugin.cuda import attention as gpu_attention
+    from entmtp_vllm.vllm_plugin.cuda.kernels import TREE_BACKEND_ATTR
 
     ours = {"FLASH_ATTN": gpu_attention.TreeFlashAttentionBackend,
             "TRITON_ATTN": gpu_attention.TreeTritonAttentionBackend}[backend_name]
@@ -94,7 +96,7 @@ def test_the_gpu_runner_refuses_a_backend_without_tree_rows_at_start_up():
     from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend
 
     from entmtp_vllm.errors import EntMTPError
-    from entmtp_vllm.vllm_plugin.gpu_attention import TreeFlashAttentionBackend, TreeTritonAttentionBackend
+    from entmtp_vllm.vllm_plugin.cuda.attention import TreeFlashAttentionBackend, TreeTritonAttentionBackend
 
     ours = SimpleNamespace(attn_groups=[[SimpleNamespace(backend=TreeFlashAttentionBackend),
                                          SimpleNamespace(backend=TreeTritonAttentionBackend)]])

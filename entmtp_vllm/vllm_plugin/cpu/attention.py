@@ -39,11 +39,8 @@ from vllm.v1.attention.backends.cpu_attn import (
 )
 
 from entmtp_vllm.errors import EntMTPError
-from entmtp_vllm.vllm_plugin.cpu_rows import split_forward, step_plan
+from entmtp_vllm.vllm_plugin.cpu.rows import split_forward, step_plan
 from entmtp_vllm.vllm_plugin.tree_step import TreeStep, tree_step_of
-
-BACKEND_PATH = "entmtp_vllm.vllm_plugin.attention.TreeCPUAttentionBackend"
-
 
 @dataclass
 class CapturedKV:

@@ -27,8 +27,6 @@ dead one fails in seconds, not after `ray.init`'s minutes of retries) or it decl
 slots than workers: vLLM would otherwise start a Ray instance of its own with no `GPU` slot and
 wait for its placement group (`PG_WAIT_TIMEOUT` = 1800 s, `ray_utils.py:29`).
 
-`placement(worker)` is the line the EntMTP workers log: the process, and the Ray actor when there
-is one (vLLM-free, so a plain Ray actor can check it).
 """
 
 from __future__ import annotations
@@ -36,7 +34,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import sys
 from typing import Any
 
 from entmtp_vllm.errors import EntMTPError
@@ -45,7 +42,7 @@ RAY_DEVICE_KEY = "GPU"
 """Ray's resource each vLLM worker actor takes on CPU (logical: the cluster declares it)."""
 NOSET_ENV_VARS = ("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES",)
 """Ray leaves CUDA_VISIBLE_DEVICES alone in those actors."""
-SETUP_HOOK = "entmtp_vllm.vllm_plugin.ray_cpu.setup_ray_worker"
+SETUP_HOOK = "entmtp_vllm.vllm_plugin.cpu.ray_device.setup_ray_worker"
 """Ray's `worker_process_setup_hook` for vLLM's worker actors on CPU."""
 HOOK_FIELD = "worker_process_setup_hook"
 RAY_BACKEND = "ray"
@@ -151,20 +148,3 @@ def prepare_ray_executor(vllm_config: Any) -> None:
 
     check_ray_cluster(parallel.world_size)
     parallel.ray_runtime_env = RuntimeEnv(**with_setup_hook(parallel.ray_runtime_env))
-
-
-def ray_actor() -> str | None:
-    """The name (else the id) of the Ray actor this process runs; None outside a Ray actor."""
-    ray = sys.modules.get("ray")  # a process that never imported Ray is no Ray actor
-    if ray is None or not ray.is_initialized():
-        return None
-    context = ray.get_runtime_context()
-    actor_id = context.get_actor_id()
-    return None if actor_id is None else (context.get_actor_name() or actor_id)
-
-
-def placement(worker: object) -> str:
-    """`EntMTP worker <class> in Ray actor <name> (pid N)`, or `... in process N` outside Ray."""
-    actor = ray_actor()
-    where = f"in Ray actor {actor} (pid {os.getpid()})" if actor else f"in process {os.getpid()}"
-    return f"EntMTP worker {type(worker).__name__} {where}"

@@ -5,7 +5,8 @@ general plugin installs them with `register_backend`, `install.py`). Their impls
 kernel for every row, then, when the step's metadata carries a `TreeStep` (the runner attaches
 it), overwrite the rows of the requests verifying a branching tree with `paged_tree_attention`:
 the prefix fully visible, inside the tree only the node and its ancestors (packed masks, built
-once per step), read from vLLM's own cache in place (`gpu.split_kv`). vLLM's backends write the
+once per step), with the layer's logits soft-cap, read from vLLM's own cache in place
+(`kernels.split_kv`). vLLM's backends write the
 step's K/V into the cache before attention (`forward_includes_kv_cache_update = False`), so
 every node's K/V is in the cache when the tree rows are recomputed. Chains and ordinary rows
 keep the stock kernel's result. The stock kernel's work on tree rows is wasted (it exposes no
@@ -25,12 +26,8 @@ from vllm.v1.attention.backend import AttentionType
 from vllm.v1.attention.backends.flash_attn import FlashAttentionBackend, FlashAttentionImpl
 from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend, TritonAttentionImpl
 
-from entmtp_vllm.vllm_plugin.gpu import TREE_BACKEND_ATTR, split_kv, tree_rows_attention_gpu
+from entmtp_vllm.vllm_plugin.cuda.kernels import split_kv, tree_rows_attention_gpu
 from entmtp_vllm.vllm_plugin.tree_step import tree_step_of
-
-FLASH_BACKEND_PATH = "entmtp_vllm.vllm_plugin.gpu_attention.TreeFlashAttentionBackend"
-TRITON_BACKEND_PATH = "entmtp_vllm.vllm_plugin.gpu_attention.TreeTritonAttentionBackend"
-
 
 def apply_tree_rows(impl, query, kv_cache, attn_metadata, output) -> None:
     """After the stock forward: the tree requests' rows with their tree masks (no-op without)."""
@@ -39,7 +36,8 @@ def apply_tree_rows(impl, query, kv_cache, attn_metadata, output) -> None:
         return
     key_cache, value_cache = split_kv(kv_cache, impl.head_size)
     tree_rows_attention_gpu(
-        step, query, key_cache, value_cache, attn_metadata.seq_lens, attn_metadata.block_table, impl.scale, output
+        step, query, key_cache, value_cache, attn_metadata.seq_lens, attn_metadata.block_table, impl.scale, output,
+        softcap=float(impl.logits_soft_cap or 0.0),
     )
 
 
@@ -65,6 +63,8 @@ class TreeTritonAttentionImpl(_TreeRows, TritonAttentionImpl):
 class TreeFlashAttentionBackend(FlashAttentionBackend):
     """FLASH_ATTN with per-request tree masks for EntMTP's tree rows."""
 
+    entmtp_tree_backend = True
+
     @staticmethod
     def get_impl_cls() -> type[TreeFlashAttentionImpl]:
         return TreeFlashAttentionImpl
@@ -73,10 +73,10 @@ class TreeFlashAttentionBackend(FlashAttentionBackend):
 class TreeTritonAttentionBackend(TritonAttentionBackend):
     """TRITON_ATTN with per-request tree masks for EntMTP's tree rows."""
 
+    entmtp_tree_backend = True
+
     @staticmethod
     def get_impl_cls() -> type[TreeTritonAttentionImpl]:
         return TreeTritonAttentionImpl
 
 
-for _backend in (TreeFlashAttentionBackend, TreeTritonAttentionBackend):
-    setattr(_backend, TREE_BACKEND_ATTR, True)

@@ -1,4 +1,4 @@
-"""GPU path: the plugin's tree step on the `entmtp_kernels` Triton kernels, on vLLM's CUDA caches.
+"""The tree step's kernel call sites on vLLM's CUDA caches (the `entmtp_kernels` Triton kernels).
 
 vLLM 0.32's CUDA backends FLASH_ATTN and TRITON_ATTN both receive one cache tensor per layer in
 the logical order `(blocks, Hkv, block_size, 2 * D)` (K in the first D channels, V in the
@@ -13,7 +13,8 @@ per layer and KV head (`compaction_views`), all in one launch.
   tree requests with `paged_tree_attention` (prefix fully visible, tree part from packed
   ancestor masks, built once per step) and write them into the layer's output;
 - `compact_kv_gpu`: after verification, move every request's accepted path next to its prefix
-  in all layers' caches with one `compact_kv` launch.
+  in all layers' caches with one `compact_kv` launch (each cache memory once: layers that share
+  another layer's KV are bound to the same tensor).
 
 The kernel functions are parameters (default: the Triton kernels) so the plumbing is tested on
 CPU against the torch references (`tests/vllm_plugin/test_gpu_plumbing.py`) as well as with the
@@ -30,7 +31,7 @@ from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.vllm_plugin.tree_step import TreeStep
 
 TREE_BACKEND_ATTR = "entmtp_tree_backend"
-"""Class attribute (True) of the EntMTP CUDA attention backends."""
+"""Class attribute (True) of the EntMTP CUDA attention backends (`cuda/attention.py`)."""
 
 
 def _kernels():
@@ -57,10 +58,25 @@ def split_kv(kv_cache: torch.Tensor, head_size: int) -> tuple[torch.Tensor, torc
     return key_cache, value_cache
 
 
+def distinct_caches(kv_caches: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """`kv_caches` with each cache memory listed once. A layer that reads another layer's KV
+    (cross-layer KV sharing, `kv_sharing_target_layer_name`) is bound to the same tensor as its
+    target (`bind_kv_cache`), and moving one cache's rows twice in one compaction would move
+    already-moved rows again."""
+    seen: set[tuple] = set()
+    distinct = []
+    for cache in kv_caches:
+        key = (cache.data_ptr(), tuple(cache.shape), cache.stride(), cache.dtype)
+        if key not in seen:
+            seen.add(key)
+            distinct.append(cache)
+    return distinct
+
+
 def compaction_views(kv_caches: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """`[blocks, block_size, 1, 2 * D]` views, one per layer and KV head: each slot's K and V
-    channels of one head are contiguous in every physical order vLLM uses."""
-    return [cache[:, head].unsqueeze(2) for cache in kv_caches for head in range(cache.shape[1])]
+    """`[blocks, block_size, 1, 2 * D]` views, one per distinct layer cache and KV head: each
+    slot's K and V channels of one head are contiguous in every physical order vLLM uses."""
+    return [cache[:, head].unsqueeze(2) for cache in distinct_caches(kv_caches) for head in range(cache.shape[1])]
 
 
 def kernel_block_table(block_table: torch.Tensor, manager_block_size: int, kernel_block_size: int) -> torch.Tensor:
@@ -102,17 +118,20 @@ def tree_rows_attention_gpu(
     scale: float,
     output: torch.Tensor,
     kernel: Callable | None = None,
+    softcap: float = 0.0,
 ) -> None:
     """Overwrite `output` rows [T, Hq, D] of the tree requests with tree attention.
 
     `key_cache`, `value_cache`: [blocks, block_size, Hkv, D] (views, `split_kv`);
-    `seq_lens`, `block_table`: the batch's (seq_lens include this step's tokens).
+    `seq_lens`, `block_table`: the batch's (seq_lens include this step's tokens); `softcap`: the
+    layer's logits soft-cap (`impl.logits_soft_cap`; 0: none).
     """
     kernels = _kernels()
     kernel = kernel or kernels.paged_tree_attention
     rows, tables, query_start_loc, prefix_lens, packed = _step_inputs(step, query.device, seq_lens, block_table)
     extra = {"max_query_len": int(step.num_nodes.max())} if kernel is kernels.paged_tree_attention else {}
-    result = kernel(query[rows], key_cache, value_cache, tables, query_start_loc, prefix_lens, packed, scale, **extra)
+    result = kernel(query[rows], key_cache, value_cache, tables, query_start_loc, prefix_lens, packed, scale,
+                    softcap=softcap, **extra)
     out = output.view(output.shape[0], -1, query.shape[-1]) if output.dim() == 2 else output
     out[rows] = result.to(out.dtype)
 

@@ -17,8 +17,8 @@ ops = pytest.importorskip("vllm._custom_ops")
 
 from entmtp_vllm.topology import build_tree_buffers  # noqa: E402
 from entmtp_vllm.tree import Tree  # noqa: E402
-from entmtp_vllm.vllm_plugin import attention  # noqa: E402
-from entmtp_vllm.vllm_plugin.attention import (  # noqa: E402
+from entmtp_vllm.vllm_plugin.cpu import attention  # noqa: E402
+from entmtp_vllm.vllm_plugin.cpu.attention import (  # noqa: E402
     TreeStep,
     block_layout,
     compact_kv_cpu,

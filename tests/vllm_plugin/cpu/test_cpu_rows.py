@@ -1,4 +1,4 @@
-"""Which requests of a step take EntMTP's rows attention on vLLM's CPU backend (`cpu_rows.py`).
+"""Which requests of a step take EntMTP's rows attention on vLLM's CPU backend (`cpu/rows.py`).
 
 The plans are built from stand-ins for vLLM's per-step metadata and the layer (the fields the
 plan reads); that the served path is right end to end is shown by the greedy-equality tests
@@ -14,7 +14,7 @@ import torch
 from entmtp_vllm.config import CPU_ROWS_ATTENTION
 from entmtp_vllm.cpu_attention import rows
 from entmtp_vllm.errors import EntMTPError
-from entmtp_vllm.vllm_plugin import cpu_rows
+from entmtp_vllm.vllm_plugin.cpu import rows as cpu_rows
 from entmtp_vllm.vllm_plugin.tree_step import TREE_STEP_ATTR, TreeStep
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 9, 3, 64, 128

@@ -1,4 +1,4 @@
-"""vLLM's Ray executor on CPU (`ray_cpu.py`): the CPU platform's Ray device, Ray's setup hook in
+"""vLLM's Ray executor on CPU (`cpu/ray_device.py`): the CPU platform's Ray device, Ray's setup hook in
 the engine's runtime env. The cluster check and the worker's placement line run against a real
 local Ray in `tests/deploy/test_ray_cpu_cluster.py`; the real run (a Ray cluster, the EntMTP
 worker inside vLLM's worker actor) is `tests/deploy/test_ray_executor_e2e.py`."""
@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from entmtp_vllm.errors import EntMTPError
-from entmtp_vllm.vllm_plugin import ray_cpu
-from entmtp_vllm.vllm_plugin.ray_cpu import (
+from entmtp_vllm.vllm_plugin.cpu import ray_device as ray_cpu
+from entmtp_vllm.vllm_plugin.cpu.ray_device import (
     NOSET_ENV_VARS,
     RAY_DEVICE_KEY,
     SETUP_HOOK,
@@ -94,7 +94,7 @@ def test_the_plugin_names_the_cpu_platforms_ray_device():
     if not current_platform.is_cpu():
         pytest.skip("not the CPU platform")
     from entmtp_vllm.vllm_plugin import register
-    from entmtp_vllm.vllm_plugin.ray_cpu import setup_ray_worker
+    from entmtp_vllm.vllm_plugin.cpu.ray_device import setup_ray_worker
 
     register()
     setup_ray_worker()

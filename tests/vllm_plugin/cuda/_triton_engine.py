@@ -7,7 +7,8 @@ interpreter (see `_triton_interpreter.py`); a script, run in a subprocess by
 JOB: {"model", "prompts": [[token ids]], "max_tokens", "entmtp": null | {EntMTP settings},
 "num_speculative_tokens", "oracle": [[reference outputs]] (the drafter's bigram table)}.
 OUT: {"ids": [[generated token ids]], "stats": the proposer's counters or null, "backend": the
-attention backend class of the first layer, "kernel_calls": how often each EntMTP kernel ran}.
+attention backend class of the first layer, "kernel_calls": how often each EntMTP kernel ran,
+"warm_up_calls": how often before the first request, "warm_up_line": what the warm-up logged}.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 
 def main(job_file: str, out_file: str) -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    sys.path.insert(0, str(HERE))
+    sys.path[:0] = [str(HERE), str(HERE.parent)]  # _triton_interpreter here, _oracle above
     import _triton_interpreter
 
     _triton_interpreter.enable()
@@ -43,13 +44,15 @@ def main(job_file: str, out_file: str) -> None:
         kwargs["additional_config"] = {"entmtp": job["entmtp"]}
         kwargs["worker_cls"] = "_triton_interpreter.InterpretedGPUPathWorker"
     llm = LLM(**kwargs)
+    warmed = dict(calls)  # the kernels launched before any request: the worker's warm-up
+    warm_up_line = llm.collective_rpc(_warm_up_line)[0]
     params = SamplingParams(temperature=0.0, max_tokens=job["max_tokens"], ignore_eos=True)
     outputs = llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in job["prompts"]], params, use_tqdm=False)
     stats = llm.collective_rpc("entmtp_stats")[0] if job.get("entmtp") is not None else None
     backend = llm.collective_rpc(_backend_name)[0]
     Path(out_file).write_text(json.dumps({
         "ids": [list(output.outputs[0].token_ids) for output in outputs], "stats": stats, "backend": backend,
-        "kernel_calls": calls,
+        "kernel_calls": calls, "warm_up_calls": warmed, "warm_up_line": warm_up_line,
     }, default=str))
 
 
@@ -71,6 +74,11 @@ def _count_kernel_calls() -> dict[str, int]:
     for name in calls:
         setattr(entmtp_kernels, name, counted(name, getattr(entmtp_kernels, name)))
     return calls
+
+
+def _warm_up_line(worker) -> str | None:
+    """What the worker logged for its kernels' warm-up (None: it has none)."""
+    return getattr(worker, "warm_up_line", None)
 
 
 def _backend_name(worker) -> str:

@@ -13,10 +13,11 @@ before anything imports vLLM's attention backends or Triton ops:
   `get_attn_backend_cls`): it returns `TRITON_ATTN` instead, which the EntMTP plugin registers
   as `TreeTritonAttentionBackend`.
 
-`InterpretedGPUPathWorker` is vLLM's CPU worker with a runner made of exactly the GPU runner's
-parts (`KernelCompaction`, `TreeRunnerMixin`) over `CPUModelRunner`: the tree rows go through
-`paged_tree_attention` and compaction through one `compact_kv` launch on vLLM's Triton cache
-layout.
+`enable()` also registers EntMTP's CUDA tree backends under vLLM's names, as the plugin does on
+CUDA. `InterpretedGPUPathWorker` is vLLM's CPU worker with a runner made of exactly the GPU
+runner's parts (`KernelCompaction`, `TreeRunnerMixin`) over `CPUModelRunner`: the tree rows go
+through `paged_tree_attention` and compaction through one `compact_kv` launch on vLLM's Triton
+cache layout; after vLLM's warm-up it warms the kernels up as `EntMTPGPUWorker` does.
 """
 
 from __future__ import annotations
@@ -59,6 +60,10 @@ def enable() -> None:
         return AttentionBackendEnum.TRITON_ATTN.get_path()
 
     CpuPlatform.get_attn_backend_cls = classmethod(get_attn_backend_cls)
+    from entmtp_vllm.vllm_plugin import cuda
+    from entmtp_vllm.vllm_plugin.backends import register_attention_backends
+
+    register_attention_backends(cuda.ATTENTION_BACKENDS)  # what the plugin registers on CUDA
     _ENABLED = True
 
 
@@ -66,15 +71,23 @@ def enable() -> None:
 def _worker_class():
     from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
-    from entmtp_vllm.vllm_plugin.model_runner import KernelCompaction
+    from entmtp_vllm.vllm_plugin.cpu.worker import EntMTPCPUWorker
+    from entmtp_vllm.vllm_plugin.cuda.model_runner import KernelCompaction
+    from entmtp_vllm.vllm_plugin.cuda.warmup import warm_up_kernels
     from entmtp_vllm.vllm_plugin.tree_runner import TreeRunnerMixin
-    from entmtp_vllm.vllm_plugin.worker import EntMTPCPUWorker
 
     class InterpretedGPUPathRunner(KernelCompaction, TreeRunnerMixin, CPUModelRunner):
         """The GPU runner's EntMTP parts over vLLM's CPU runner."""
 
     class InterpretedGPUPathWorker(EntMTPCPUWorker):
         runner_cls = InterpretedGPUPathRunner
+        warm_up_line: str | None = None
+        """What the kernels' warm-up logged (as `EntMTPGPUWorker.compile_or_warm_up_model` does)."""
+
+        def compile_or_warm_up_model(self, *args, **kwargs):
+            result = super().compile_or_warm_up_model(*args, **kwargs)
+            self.warm_up_line = warm_up_kernels(self.model_runner)
+            return result
 
     return InterpretedGPUPathWorker
 

@@ -1,4 +1,4 @@
-"""The CUDA tree path (`gpu_attention.py`, `gpu.py`) on CPU: vLLM 0.32's FLASH_ATTN / TRITON_ATTN
+"""The CUDA tree path (`cuda/attention.py`, `cuda/kernels.py`) on CPU: vLLM 0.32's FLASH_ATTN / TRITON_ATTN
 cache layout, the Triton kernels under TRITON_INTERPRET=1 (and their torch references), against a
 dense torch reference.
 
@@ -22,13 +22,13 @@ kernels = pytest.importorskip("entmtp_kernels")
 
 from entmtp_vllm.topology import build_tree_buffers  # noqa: E402
 from entmtp_vllm.tree import Tree  # noqa: E402
-from entmtp_vllm.vllm_plugin.gpu import (  # noqa: E402
+from entmtp_vllm.vllm_plugin.cuda.kernels import (  # noqa: E402
     compact_kv_gpu,
     compaction_views,
     kernel_block_table,
     split_kv,
 )
-from entmtp_vllm.vllm_plugin.gpu_attention import apply_tree_rows  # noqa: E402
+from entmtp_vllm.vllm_plugin.cuda.attention import apply_tree_rows  # noqa: E402
 from entmtp_vllm.vllm_plugin.tree_step import TREE_STEP_ATTR, TreeStep  # noqa: E402
 
 HKV, GROUP, D, BLOCK = 2, 2, 64, 16
@@ -89,36 +89,41 @@ def _case(layout: str, seed: int = 0):
                            starts=starts, query=query, step=step)
 
 
-def _dense(case, r: int) -> torch.Tensor:
-    """Request r's attention output: causal over the prefix and its own rows, or its tree mask."""
+def _dense(case, r: int, softcap: float = 0.0) -> torch.Tensor:
+    """Request r's attention output: causal over the prefix and its own rows, or its tree mask
+    (scores soft-capped to softcap * tanh(score / softcap) when softcap > 0)."""
     ctx, n = REQUESTS[r][1], case.sizes[r]
     visible = torch.ones(n, ctx + n, dtype=torch.bool)
     tree = case.trees[r]
     visible[:, ctx:] = tree.attention_mask if tree is not None else torch.ones(n, n, dtype=torch.bool).tril()
     q = case.query[case.starts[r] : case.starts[r] + n].view(n, HKV, GROUP, D)
     k, v = case.kv[r]
-    probs = (torch.einsum("nkgd,lkd->kgnl", q, k) * D**-0.5).masked_fill(~visible, float("-inf")).softmax(-1)
+    scores = torch.einsum("nkgd,lkd->kgnl", q, k) * D**-0.5
+    if softcap:
+        scores = softcap * torch.tanh(scores / softcap)
+    probs = scores.masked_fill(~visible, float("-inf")).softmax(-1)
     return torch.einsum("kgnl,lkd->nkgd", probs, v).reshape(n, HKV * GROUP, D)
 
 
 @pytest.mark.parametrize("layout", ["HND", "NHD"])
 @pytest.mark.parametrize("kernel", ["triton", "reference"])
-def test_tree_rows_on_vllm_cache_layouts(layout, kernel, monkeypatch):
+@pytest.mark.parametrize("softcap", [0.0, 1.5])
+def test_tree_rows_on_vllm_cache_layouts(layout, kernel, softcap, monkeypatch):
     if kernel == "triton" and not INTERPRETED:
         pytest.skip("the Triton kernel runs on CPU only under TRITON_INTERPRET=1")
     if kernel == "reference":
-        from entmtp_vllm.vllm_plugin import gpu
+        from entmtp_vllm.vllm_plugin.cuda import kernels as gpu
 
         monkeypatch.setattr(gpu, "tree_rows_attention_gpu", _with_reference(gpu.tree_rows_attention_gpu))
-        import entmtp_vllm.vllm_plugin.gpu_attention as gpu_attention
+        import entmtp_vllm.vllm_plugin.cuda.attention as gpu_attention
 
         monkeypatch.setattr(gpu_attention, "tree_rows_attention_gpu", gpu.tree_rows_attention_gpu)
     case = _case(layout)
     # The stock kernel's output for every row (causal): what vLLM's FLASH_ATTN/TRITON_ATTN leave.
-    stock = torch.cat([_dense_causal(case, r) for r in range(len(REQUESTS))])
+    stock = torch.cat([_dense_causal(case, r, softcap) for r in range(len(REQUESTS))])
     output = stock.clone()
     metadata = SimpleNamespace(seq_lens=torch.tensor(case.seq_lens, dtype=torch.int32), block_table=case.table)
-    impl = SimpleNamespace(head_size=D, scale=D**-0.5, attn_type="decoder")
+    impl = SimpleNamespace(head_size=D, scale=D**-0.5, attn_type="decoder", logits_soft_cap=softcap or None)
     apply_tree_rows(impl, case.query, case.cache, metadata, output)
     assert torch.equal(output, stock)  # no TreeStep on the metadata: the stock result stands
     setattr(metadata, TREE_STEP_ATTR, case.step)
@@ -126,17 +131,19 @@ def test_tree_rows_on_vllm_cache_layouts(layout, kernel, monkeypatch):
     for r, (kind, _, _) in enumerate(REQUESTS):
         rows = slice(case.starts[r], case.starts[r + 1])
         if kind == "tree":
-            torch.testing.assert_close(output[rows], _dense(case, r), atol=2e-5, rtol=2e-5)
+            torch.testing.assert_close(output[rows], _dense(case, r, softcap), atol=2e-5, rtol=2e-5)
+            if softcap:  # the cap changed the result: it is applied, not ignored
+                assert not torch.allclose(output[rows], _dense(case, r), atol=1e-3)
         else:  # prefill, decode and chain rows keep the stock kernel's result, bit for bit
             assert torch.equal(output[rows], stock[rows])
     assert "gpu_inputs" in case.step.cache  # built once per step, reused by the next layer
 
 
-def _dense_causal(case, r: int) -> torch.Tensor:
+def _dense_causal(case, r: int, softcap: float = 0.0) -> torch.Tensor:
     saved = case.trees[r]
     case.trees[r] = None
     try:
-        return _dense(case, r)
+        return _dense(case, r, softcap)
     finally:
         case.trees[r] = saved
 
@@ -181,11 +188,33 @@ def test_compaction_moves_paths_in_every_layer_and_head(layout, kernel):
 
 
 def test_compaction_views_cover_each_head_once():
-    cache = _vllm_cache(4, "HND")
-    views = compaction_views([cache, cache])
+    cache, other = _vllm_cache(4, "HND"), _vllm_cache(4, "HND")
+    views = compaction_views([cache, other])
     assert len(views) == 2 * HKV and all(tuple(v.shape) == (4, BLOCK, 1, 2 * D) for v in views)
     views[1][2, 3, 0, :] = 7.0  # layer 0, head 1, block 2, slot 3: K and V channels
     assert torch.all(cache[2, 1, 3] == 7.0) and cache.sum() == 7.0 * 2 * D
+    # a layer that reads another layer's KV is bound to the same tensor: its memory once
+    assert len(compaction_views([cache, other, cache])) == 2 * HKV
+
+
+@pytest.mark.parametrize("kernel", ["triton", "reference"])
+def test_compaction_moves_a_shared_cache_once(kernel):
+    """Cross-layer KV sharing: vLLM lists a layer that reads another layer's KV with that layer's
+    tensor (`bind_kv_cache`). Moving that memory twice would move moved rows again: a path
+    [0, 2, 3] moves node 2 to 1 and node 3 to 2, and a second pass would copy node 3 to 1."""
+    if kernel == "triton" and not INTERPRETED:
+        pytest.skip("the Triton kernel runs on CPU only under TRITON_INTERPRET=1")
+    case = _case("HND", seed=2)
+    shared, alone = case.cache.clone(), case.cache.clone()
+    accepted, r = [[0, 2, 3]], 4
+    ctx = REQUESTS[r][1]
+    run = kernels.compact_kv if kernel == "triton" else kernels.compact_kv_ref
+    compact_kv_gpu([shared, alone, shared], accepted, [ctx], case.table[[r]], kernel=run)
+    for layer in (shared, alone):
+        key_cache, _ = split_kv(layer, D)
+        for i, node in enumerate(accepted[0]):
+            p = ctx + i
+            assert torch.equal(key_cache[case.table[r, p // BLOCK].long(), p % BLOCK], case.kv[r][0][ctx + node])
 
 
 def test_kernel_block_table_splits_manager_blocks():

@@ -22,7 +22,7 @@ from vllm.config.compilation import CompilationMode, CUDAGraphMode  # noqa: E402
 from vllm.v1.cudagraph_dispatcher import CudagraphDispatcher  # noqa: E402
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # noqa: E402
 
-from entmtp_vllm.vllm_plugin.model_runner import EntMTPGPUModelRunner, _dispatch_without_full_graphs  # noqa: E402
+from entmtp_vllm.vllm_plugin.cuda.model_runner import EntMTPGPUModelRunner, _dispatch_without_full_graphs  # noqa: E402
 
 DRAFTS = 5
 QUERY = DRAFTS + 1
