@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.serve_command import ServeOptions, build_serve_command
+from entmtp_vllm.vllm_plugin.install import map_method
 
 PLUGIN_NAME = "entmtp"
 """The EntMTP entry point in `vllm.general_plugins` (pyproject.toml)."""
@@ -148,6 +149,9 @@ def engine_settings(args: RayServeArgs, cpu: bool | None = None) -> tuple[str, d
     command = build_serve_command(options, cpu=cpu)
     added = command.argv[: len(command.argv) - len(extra)]
     kwargs = _argv_kwargs(added)
+    # vLLM's own form of the proposer (`custom_class`): engine arguments may be validated before
+    # the plugin's mapping of `"method": "entmtp"` runs in the replica
+    kwargs["speculative_config"] = map_method(kwargs["speculative_config"], kwargs.get("additional_config"))
     for key in ("speculative_config", "additional_config"):
         if key in args.engine_kwargs:
             raise EntMTPError(f"engine_kwargs.{key}: EntMTP sets it; give EntMTP settings under entmtp (config, bank, ...)")

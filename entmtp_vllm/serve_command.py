@@ -39,7 +39,7 @@ from entmtp_vllm.kv_cache_size import (
     parse_size,
 )
 from entmtp_vllm.model_store import resolve_model
-from entmtp_vllm.vllm_plugin.config import ADDITIONAL_CONFIG_KEY, PROPOSER_CLASS, heads_folder, parse_config, resolve
+from entmtp_vllm.vllm_plugin.config import ADDITIONAL_CONFIG_KEY, METHOD, heads_folder, parse_config, resolve
 
 IN_PROCESS_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 """What makes vLLM on CPU keep `--distributed-executor-backend uni` (its CPU platform turns `uni`
@@ -307,7 +307,7 @@ def build_serve_command(
     model = resolve_model(options.model)
     argv = [
         vllm_executable(), "serve", model,
-        "--speculative-config", json.dumps({"model": PROPOSER_CLASS, "num_speculative_tokens": num_spec}),
+        "--speculative-config", json.dumps({"method": METHOD, "num_speculative_tokens": num_spec}),
     ]
     if settings:
         argv += ["--additional-config", json.dumps({ADDITIONAL_CONFIG_KEY: settings})]

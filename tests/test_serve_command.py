@@ -32,7 +32,7 @@ def test_defaults_send_no_settings_and_the_shipped_banks_budget():
     command = _build().argv
     assert command[1:3] == ["serve", "org/model"] and "--enforce-eager" in command
     spec = json.loads(command[command.index("--speculative-config") + 1])
-    assert spec == {"model": "entmtp_vllm.EntMTP", "num_speculative_tokens": 5}
+    assert spec == {"method": "entmtp", "num_speculative_tokens": 5}  # the form users type
     assert _entmtp_settings(command) == {}
 
 

@@ -321,7 +321,7 @@ def test_server_commands_share_one_base():
     assert plain[-4:] == ["--host", "127.0.0.1", "--port", "9001"]
     spec = json.loads(ngram[ngram.index("--speculative-config") + 1])
     assert spec == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
-    assert json.loads(entmtp[entmtp.index("--speculative-config") + 1])["model"] == "entmtp_vllm.EntMTP"
+    assert json.loads(entmtp[entmtp.index("--speculative-config") + 1])["method"] == "entmtp"
     assert json.loads(entmtp[entmtp.index("--additional-config") + 1])["entmtp"]["bank"] == "chain:2"
     sizes, gemms, threads = set(), set(), set()
     for built in commands.values():
