@@ -291,6 +291,20 @@ def test_interpreter_refuses_bf16(device: torch.device) -> None:
         paged_tree_attention(*batch.attention_args())
 
 
+def _dense_requests(batch, case: Case, device: torch.device):
+    """Per request of a `keep_dense` batch: q [Hq, n, D], k and v [Hq, L, D] (KV heads repeated
+    for their query heads) and the visibility mask [n, L] (prefix all visible, then the tree)."""
+    group = case.num_q_heads // case.num_kv_heads
+    starts = batch.query_start_loc.tolist()
+    for b, prefix in enumerate(case.prefix_lens):
+        q = batch.q[starts[b]:starts[b + 1]].transpose(0, 1)
+        k = batch.dense_k[b].repeat_interleave(group, dim=1).transpose(0, 1)
+        v = batch.dense_v[b].repeat_interleave(group, dim=1).transpose(0, 1)
+        mask = torch.cat([torch.ones(q.shape[1], prefix, dtype=torch.bool, device=device),
+                          batch.bool_masks[b]], dim=1)
+        yield q, k, v, mask
+
+
 @pytest.mark.parametrize("case", [CASES[1], CASES[3]], ids=lambda c: c.name)
 def test_reference_matches_dense_sdpa(case: Case, device: torch.device) -> None:
     """The reference's gather + unpacking vs SDPA on the dense K/V the batch was built from."""
@@ -298,15 +312,8 @@ def test_reference_matches_dense_sdpa(case: Case, device: torch.device) -> None:
                              case.num_kv_heads, case.head_dim, case.block_size, torch.float32,
                              device, keep_dense=True)
     got = paged_tree_attention_ref(*batch.attention_args())
-    group = case.num_q_heads // case.num_kv_heads
     starts = batch.query_start_loc.tolist()
-    for b, prefix in enumerate(case.prefix_lens):
-        q = batch.q[starts[b]:starts[b + 1]].transpose(0, 1)  # [Hq, n, D]
-        k = batch.dense_k[b].repeat_interleave(group, dim=1).transpose(0, 1)  # [Hq, L, D]
-        v = batch.dense_v[b].repeat_interleave(group, dim=1).transpose(0, 1)
-        n = q.shape[1]
-        mask = torch.cat([torch.ones(n, prefix, dtype=torch.bool, device=device),
-                          batch.bool_masks[b]], dim=1)
+    for b, (q, k, v, mask) in enumerate(_dense_requests(batch, case, device)):
         want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=batch.scale)
         torch.testing.assert_close(got[starts[b]:starts[b + 1]], want.transpose(0, 1),
                                    atol=1e-5, rtol=1e-5)
@@ -320,15 +327,8 @@ def test_reference_softcap_matches_dense(softcap: float, device: torch.device) -
                              case.num_kv_heads, case.head_dim, case.block_size, torch.float32,
                              device, keep_dense=True)
     got = paged_tree_attention_ref(*batch.attention_args(), softcap=softcap)
-    group = case.num_q_heads // case.num_kv_heads
     starts = batch.query_start_loc.tolist()
-    for b, prefix in enumerate(case.prefix_lens):
-        q = batch.q[starts[b]:starts[b + 1]].transpose(0, 1)  # [Hq, n, D]
-        k = batch.dense_k[b].repeat_interleave(group, dim=1).transpose(0, 1)  # [Hq, L, D]
-        v = batch.dense_v[b].repeat_interleave(group, dim=1).transpose(0, 1)
-        n = q.shape[1]
-        mask = torch.cat([torch.ones(n, prefix, dtype=torch.bool, device=device),
-                          batch.bool_masks[b]], dim=1)
+    for b, (q, k, v, mask) in enumerate(_dense_requests(batch, case, device)):
         scores = q @ k.transpose(1, 2) * batch.scale
         if softcap:
             scores = softcap * torch.tanh(scores / softcap)
