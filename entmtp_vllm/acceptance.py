@@ -117,12 +117,60 @@ def accept_greedy(
     return AcceptResult(accepted, int(target[accepted[-1]]))
 
 
-def accept_greedy_host(buffers: TreeBuffers, draft_tokens: Sequence[int], target: Sequence[int]) -> AcceptResult:
-    """`accept_greedy` when the rows' argmax is already on the host (`target`, one int per
-    node, e.g. one `tolist()` of a whole step's argmax): the same path and bonus, walked in
-    Python over the tree's host lists instead of a handful of small tensor ops per request."""
-    parents = buffers.parent_list
-    accepted = longest_path(buffers, [False] + [draft_tokens[i] == target[parents[i]] for i in range(1, len(parents))])
+@dataclass
+class GreedyStep:
+    """A step's greedy verification, read back to the host: `targets[r]` is row r's argmax;
+    `node_ok[k][j]` says whether node j of the k-th tree drafted its parent row's argmax (the
+    root's entry is False and never read)."""
+
+    targets: list[int]
+    node_ok: list[list[bool]]
+
+
+def greedy_step(
+    logits: torch.Tensor, trees: Sequence[tuple[int, TreeBuffers, Sequence[int]]], on_device: bool | None = None
+) -> GreedyStep:
+    """Every row's argmax and, for each tree (its first row in `logits`, its buffers, its node
+    tokens), which draft nodes match their parent row's argmax. `on_device` (None: unless the
+    logits are on the CPU): the matches are computed where the logits are and read back with the
+    argmaxes in one tensor (on a GPU, the one host sync greedy verification adds); else the
+    argmaxes are read back and compared in Python (on a CPU, cheaper than the small tensors)."""
+    targets = greedy_tokens(logits)
+    if on_device is None:
+        on_device = targets.device.type != "cpu"
+    rows = targets.shape[0]
+    if not on_device:
+        values = targets.tolist()
+        node_ok = []
+        for first, buffers, tokens in trees:
+            parents = buffers.parent_list
+            node_ok.append([False] + [tokens[j] == values[first + parents[j]] for j in range(1, len(parents))])
+        return GreedyStep(values, node_ok)
+    parent_rows: list[int] = []
+    drafted: list[int] = []
+    for first, buffers, tokens in trees:
+        parents = buffers.parent_list
+        parent_rows.extend(first + parents[j] for j in range(1, len(parents)))
+        drafted.extend(int(tokens[j]) for j in range(1, len(parents)))
+    if parent_rows:
+        device = targets.device
+        matches = targets[torch.tensor(parent_rows, device=device)] == torch.tensor(drafted, device=device)
+        values = torch.cat([targets, matches.to(targets.dtype)]).tolist()
+    else:
+        values = targets.tolist()
+    node_ok, start = [], rows
+    for _, buffers, _ in trees:
+        count = buffers.num_nodes - 1
+        node_ok.append([False] + [bool(v) for v in values[start : start + count]])
+        start += count
+    return GreedyStep(values[:rows], node_ok)
+
+
+def accept_greedy_host(buffers: TreeBuffers, node_ok: Sequence[bool], target: Sequence[int]) -> AcceptResult:
+    """`accept_greedy` from a `GreedyStep`: `node_ok` (one per node) and `target` (the tree's
+    rows' argmax) on the host; the same path and bonus, walked in Python over the tree's host
+    lists instead of a handful of small tensor ops per request."""
+    accepted = longest_path(buffers, node_ok)
     return AcceptResult(accepted, int(target[accepted[-1]]))
 
 

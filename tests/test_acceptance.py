@@ -19,6 +19,7 @@ from entmtp_vllm.acceptance import (
     accept,
     accept_greedy,
     accept_greedy_host,
+    greedy_step,
     accept_lossless,
     accept_lossless_host,
     accept_typical,
@@ -74,26 +75,43 @@ def test_greedy_reads_a_precomputed_argmax_when_given_one() -> None:
     assert other.accepted == [0, 1, 3] and other.bonus_token == 0
 
 
+def _host_walk(buffers, tokens, argmaxes, offset: int = 0):
+    """`accept_greedy_host` over one `greedy_step` (compared as on a GPU) of a step whose rows
+    `offset:` are the tree's."""
+    logits = peaked_logits([0] * offset + list(argmaxes), vocab=max(8, max(argmaxes) + 1))
+    step = greedy_step(logits, [(offset, buffers, tokens)], on_device=True)
+    assert step.targets[offset:] == list(argmaxes)
+    return accept_greedy_host(buffers, step.node_ok[0], step.targets[offset:])
+
+
 def test_greedy_host_walk_on_the_hand_built_tree() -> None:
     tokens = [7, 2, 2, 3, 3, 4]
-    result = accept_greedy_host(UNEVEN, tokens, [2, 3, 3, 0, 4, 6])
+    result = _host_walk(UNEVEN, tokens, [2, 3, 3, 0, 4, 6])
     assert (result.accepted, result.bonus_token) == ([0, 2, 4, 5], 6)
-    tie = accept_greedy_host(UNEVEN, [7, 2, 2, 0, 0, 1], [2, 0, 0, 0, 0, 0])  # both rows match 2: first
+    tie = _host_walk(UNEVEN, [7, 2, 2, 0, 0, 1], [2, 0, 0, 0, 0, 0], offset=3)  # both rows match 2: first
     assert (tie.accepted, tie.bonus_token) == ([0, 1, 3], 0)
 
 
 @settings(max_examples=200, deadline=None)
 @given(choices=prefix_closed_choices(max_nodes=20, max_rank=3, max_depth=5, lookup=True), data=st.data())
 def test_greedy_host_walk_equals_the_tensor_rule(choices: list[list[int]], data) -> None:
-    """The runner's host walk (one argmax list for the step) keeps the path and bonus of
-    `accept_greedy` on any tree, duplicated siblings and ties included (tokens from 3 ids)."""
+    """The runner's walk (one `greedy_step` for the whole step: argmaxes and node matches on the
+    device, read back once) keeps the path and bonus of `accept_greedy` on any tree, duplicated
+    siblings and ties included (tokens from 3 ids), for two trees side by side in one step."""
     buffers = build_tree_buffers(Tree.from_choices(choices))
     n = buffers.num_nodes
-    tokens = data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
-    argmaxes = data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
-    expected = accept_greedy(buffers, torch.tensor(tokens), peaked_logits(argmaxes, vocab=3))
-    got = accept_greedy_host(buffers, tokens, argmaxes)
-    assert (got.accepted, got.bonus_token) == (expected.accepted, expected.bonus_token)
+    trees, expected, argmaxes = [], [], []
+    for _ in range(2):
+        tokens = data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+        rows = data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+        expected.append(accept_greedy(buffers, torch.tensor(tokens), peaked_logits(rows, vocab=3)))
+        trees.append((len(argmaxes), buffers, tokens))
+        argmaxes += rows
+    for on_device in (True, False):  # compared as a GPU step does (tensors), and in Python
+        step = greedy_step(peaked_logits(argmaxes, vocab=3), trees, on_device=on_device)
+        for (first, _, _), node_ok, want in zip(trees, step.node_ok, expected):
+            got = accept_greedy_host(buffers, node_ok, step.targets[first:first + n])
+            assert (got.accepted, got.bonus_token) == (want.accepted, want.bonus_token)
 
 
 def test_greedy_ties_go_to_the_first_row() -> None:

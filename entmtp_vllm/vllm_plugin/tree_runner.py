@@ -45,8 +45,8 @@ get no drafts (the grammar checks drafts as one sequence); vLLM's bitmask still 
 single row.
 
 Host synchronisations the tree path adds on a GPU are marked "host sync (GPU)" where they happen
-and listed, with their call sites, in `docs/gpu.md`: greedy verification reads the step's argmax
-tokens back once, the policy's p0 / entropy are read back once per step, sampled requests read
+and listed, with their call sites, in `docs/gpu.md`: greedy verification compares on the device
+and reads the step's argmax tokens and node matches back once, the policy's p0 / entropy are read back once per step, sampled requests read
 their rows' probabilities as their walks need them.
 """
 
@@ -60,11 +60,10 @@ import torch
 from vllm.logger import init_logger
 from vllm.v1.outputs import ModelRunnerOutput, SamplerOutput
 
-from entmtp_vllm.acceptance import LosslessWalk, accept, accept_greedy_host
+from entmtp_vllm.acceptance import LosslessWalk, accept, accept_greedy_host, greedy_step
 from entmtp_vllm.config import SamplingParams
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.features import entropy as entropy_of
-from entmtp_vllm.sampling import greedy_tokens
 from entmtp_vllm.vllm_plugin.draft_handoff import attach as attach_drafts
 from entmtp_vllm.vllm_plugin.proposer import DraftRequest, EntMTPProposer, Proposal, remaining_tokens
 from entmtp_vllm.vllm_plugin.sampled_rows import SampledRows
@@ -308,9 +307,16 @@ class TreeRunnerMixin:
         observed: list[tuple[int, list[int]]] | None = [] if drafter.observes_positions else None
         req_ids = batch.req_ids
         verified = [0] * 6  # trees, drafted nodes, accepted tokens, moves, lookup drafted / accepted
-        # Host sync (GPU): one argmax over every row of the step for the greedy requests, brought to
-        # the host in one piece: each greedy request's walk is then Python over its tree's host lists.
-        targets = greedy_tokens(logits).tolist() if any(p.greedy for p in plan.params[: plan.num_reqs]) else None
+        # Host sync (GPU): for the greedy requests, one argmax over every row of the step and each
+        # draft node's match with its parent row's argmax, on the device, read back in one piece;
+        # each greedy request's walk is then Python over its tree's host lists.
+        greedy_trees = [i for i in range(plan.num_reqs) if plan.params[i].greedy and plan.trees[i] is not None]
+        greedy = None
+        if any(p.greedy for p in plan.params[: plan.num_reqs]):
+            greedy = greedy_step(logits, [(ends[i] - num_drafts[i] - 1, plan.trees[i].buffers, plan.trees[i].token_ids)
+                                          for i in greedy_trees])
+        node_ok = dict(zip(greedy_trees, greedy.node_ok)) if greedy is not None else {}
+        targets = greedy.targets if greedy is not None else None
         # The sampled requests that draw a plain token or walk the lossless rule, verified
         # together: depth by depth, the rows their walks reach processed in one pass per setting.
         roots, walks, generators = {}, {}, {}
@@ -335,7 +341,7 @@ class TreeRunnerMixin:
                 tokens = tree.token_ids
                 buffers = tree.buffers
                 if params.greedy:
-                    result = accept_greedy_host(buffers, tokens, targets[lo:hi])
+                    result = accept_greedy_host(buffers, node_ok[i], targets[lo:hi])
                 elif i in sampled:
                     result = sampled[i]
                 else:  # host sync (GPU): typical acceptance reads this request's rows
