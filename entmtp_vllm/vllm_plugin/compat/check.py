@@ -261,11 +261,17 @@ def _check_constant(src: Source, entry: Constant, ours: OurSource) -> list[Findi
     return []
 
 
-def _check_value(src: Source, entry: Value, ours: OurSource) -> list[Finding]:
+def _entry_class(src: Source, entry: Value | Settable):
+    """The vLLM class `entry` names (a `ClassRef`), or None when it is not there."""
     ref = src.resolve(entry.module, entry.cls) if src.module(entry.module) is not None else None
-    if ref is None or ref.kind != "class":
+    return src.class_ref(ref) if ref is not None and ref.kind == "class" else None
+
+
+def _check_value(src: Source, entry: Value, ours: OurSource) -> list[Finding]:
+    cls = _entry_class(src, entry)
+    if cls is None:
         return [_finding(entry, f"class {entry.cls} in {entry.module}", "not there")]
-    for klass in src.mro(src.class_ref(ref)):
+    for klass in src.mro(cls):
         stmt = src.members(klass).get(entry.name)
         if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
             value = stmt.value
@@ -314,10 +320,10 @@ def _check_expression(src: Source, entry: Expression, ours: OurSource) -> list[F
 
 
 def _check_settable(src: Source, entry: Settable, ours: OurSource) -> list[Finding]:
-    ref = src.resolve(entry.module, entry.cls) if src.module(entry.module) is not None else None
-    if ref is None or ref.kind != "class":
+    cls = _entry_class(src, entry)
+    if cls is None:
         return [_finding(entry, f"class {entry.cls} in {entry.module}", "not there")]
-    why = src.is_settable(src.class_ref(ref))
+    why = src.is_settable(cls)
     return [_finding(entry, "instances that take new attributes", why)] if why else []
 
 
