@@ -28,11 +28,12 @@ plus the gap since the previous step when steps run back to back (the engine's s
 decode-only steps feed the proposer's step-cost model (`step_cost.py`, which the step budget
 reads), and the time of EntMTP's own phases (plan, verify, compact, draft) is counted beside it.
 
-The platform runners (`cpu/model_runner.py`, `cuda/model_runner.py`) add only what differs:
-where compaction writes (`_entmtp_compact`). Drafts are read from `scheduler_output.scheduled_spec_decode_tokens`, never
-from `input_ids` (which clamps the scheduler's -1 placeholders to token 0). Requests without a
-usable draft (prefill, placeholders, a draft that is not ours) are sampled from their first row
-and accept nothing. The tree path samples with temperature, top-k, top-p and per-request seeds.
+The platform runners (`cpu/model_runner.py`, `cuda/model_runner.py`) add only what differs: where
+compaction writes (`_entmtp_compact`). Drafts are read from
+`scheduler_output.scheduled_spec_decode_tokens`, never from `input_ids` (which clamps the
+scheduler's -1 placeholders to token 0). Requests without a usable draft (prefill, placeholders, a
+draft that is not ours) are sampled from their first row and accept nothing. The tree path samples
+with temperature, top-k, top-p and per-request seeds.
 
 A step where no request verifies a tree goes to vLLM's own sampler with each request's first
 logits row (vLLM builds spec-decode metadata on every step once a proposer is configured, even
@@ -46,8 +47,8 @@ single row.
 
 Host synchronisations the tree path adds on a GPU are marked "host sync (GPU)" where they happen
 and listed, with their call sites, in `docs/gpu.md`: greedy verification compares on the device
-and reads the step's argmax tokens and node matches back once, the policy's p0 / entropy are read back once per step, sampled requests read
-their rows' probabilities as their walks need them.
+and reads the step's argmax tokens and node matches back once, the policy's p0 / entropy are read
+back once per step, sampled requests read their rows' probabilities as their walks need them.
 """
 
 from __future__ import annotations
@@ -311,12 +312,11 @@ class TreeRunnerMixin:
         # draft node's match with its parent row's argmax, on the device, read back in one piece;
         # each greedy request's walk is then Python over its tree's host lists.
         greedy_trees = [i for i in range(plan.num_reqs) if plan.params[i].greedy and plan.trees[i] is not None]
-        greedy = None
+        targets, node_ok = None, {}
         if any(p.greedy for p in plan.params[: plan.num_reqs]):
             greedy = greedy_step(logits, [(ends[i] - num_drafts[i] - 1, plan.trees[i].buffers, plan.trees[i].token_ids)
                                           for i in greedy_trees])
-        node_ok = dict(zip(greedy_trees, greedy.node_ok)) if greedy is not None else {}
-        targets = greedy.targets if greedy is not None else None
+            targets, node_ok = greedy.targets, dict(zip(greedy_trees, greedy.node_ok))
         # The sampled requests that draw a plain token or walk the lossless rule, verified
         # together: depth by depth, the rows their walks reach processed in one pass per setting.
         roots, walks, generators = {}, {}, {}

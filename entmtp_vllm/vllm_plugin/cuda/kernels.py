@@ -17,8 +17,8 @@ per layer and KV head (`compaction_views`), all in one launch.
   another layer's KV are bound to the same tensor).
 
 The kernel functions are parameters (default: the Triton kernels) so the plumbing is tested on
-CPU against the torch references (`tests/vllm_plugin/test_gpu_plumbing.py`) as well as with the
-kernels under the Triton interpreter.
+CPU against the torch references as well as with the kernels under the Triton interpreter
+(`tests/vllm_plugin/cuda/test_cuda_attention.py`).
 """
 
 from __future__ import annotations
