@@ -15,13 +15,17 @@ present) and the bonus token sampled or taken at the last accepted node.
 - `accept_typical`: Medusa/Hydra typical acceptance (lossy at T > 0).
 - `accept_lossless`: recursive rejection sampling over siblings (SpecInfer,
   EAGLE); the emitted tokens follow the target's processed distribution exactly.
+- `TokenWalk` / `accept_drawn`: draft-independent verification (the vLLM path's sampled
+  requests): the target's token is drawn at each node as without speculation and the walk
+  follows the child that drafted it; lossless, and a seeded request's text does not depend on
+  the drafts.
 
 At temperature 0 all three are the same rule (`accept_greedy`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -289,67 +293,49 @@ def accept_lossless(
         p = processed_probs(logits[child], params)
 
 
-class LosslessWalk:
-    """`accept_lossless` for one-hot drafts (top-k or copied tokens), one node at a time, over
-    rows processed by the caller: `visit(probs)` gets the processed distribution of the node the
-    walk stands on (`node`), so the walks of a step's requests can advance together, one batched
-    row computation per depth, and no row a walk never reaches is computed.
+class TokenWalk:
+    """Draft-independent verification of one request's tree, one node at a time: at the node the
+    walk stands on (`node`), the caller draws the target's token from that node's processed
+    distribution exactly as it would without speculation (one draw per emitted token, from the
+    request's own randomness); `visit(token)` moves to the first child, in rank order, that
+    drafted that token, or ends the step with it as the bonus (`result`).
 
-    At a node, each child in rank order with token t is accepted when u < p(t) / m, m the mass
-    left after the siblings rejected before it (1 before any rejection), which is what the tensor
-    walk's renormalised residual compares; the bonus is drawn from the row with the rejected
-    siblings' tokens excluded. Draws from `generator` as the tensor walk does (one uniform per
-    node at the start, the bonus at the end): the same path and bonus for the same generator."""
+    Every emitted token is a draw of the target's distribution given the tokens before it, so the
+    rule is lossless, and the emitted text depends only on the draws, never on the tree: a seeded
+    request gives the same text as decoding without speculation. With point-mass drafts (top-k,
+    lookup copies) a child is accepted with probability p(its token), as under rejection sampling
+    over one-hot drafts (`accept_lossless`): the same acceptance, without the draft-dependent
+    uniforms and residual draws."""
 
-    def __init__(self, buffers: TreeBuffers, draft_tokens: Sequence[int], generator: torch.Generator | None = None) -> None:
+    def __init__(self, buffers: TreeBuffers, draft_tokens: Sequence[int]) -> None:
         self.buffers = buffers
         self.tokens = [int(t) for t in draft_tokens]
-        self.generator = generator
-        device = generator.device if generator is not None else torch.device("cpu")
-        self.uniforms = torch.rand(buffers.num_nodes, generator=generator, device=device).tolist()
         self.accepted = [0]
         self.result: AcceptResult | None = None
         """Set when the walk is done: the accepted path and the bonus token."""
 
     @property
     def node(self) -> int:
-        """The node whose processed row the walk needs next (the last accepted one)."""
+        """The node whose processed row the next token is drawn from (the last accepted one)."""
         return self.accepted[-1]
 
-    def visit(self, probs: torch.Tensor) -> bool:
-        """Test the children of `node` against its processed row `probs` [V]. True: a child was
-        accepted and the walk needs its row next; False: done, `result` is set."""
-        children = self.buffers.children[self.node]
-        chances = probs[[self.tokens[c] for c in children]].tolist() if children else []
-        rejected: list[int] = []  # tokens zeroed at this node
-        mass = 1.0  # what p(t) is divided by: 1, then the row's mass less the rejected tokens'
-        for candidate, p in zip(children, chances):
-            token = self.tokens[candidate]
-            if token in rejected:
-                p = 0.0
-            if self.uniforms[candidate] * mass < p:  # u < p(t) / mass, without the division
-                self.accepted.append(candidate)
+    def visit(self, token: int) -> bool:
+        """`token`, drawn at `node`: True when a child drafted it (the walk moved there and needs
+        that child's draw next); False when none did (done: `result` is set, `token` its bonus)."""
+        for child in self.buffers.children[self.node]:
+            if self.tokens[child] == token:
+                self.accepted.append(child)
                 return True
-            if token not in rejected:
-                left = (float(probs.sum()) if not rejected else mass) - p
-                if left > 0:  # else p stays as it is (see `_residual`)
-                    rejected.append(token)
-                    mass = left
-        self.result = AcceptResult(self.accepted, sample(probs, self.generator, exclude=rejected))
+        self.result = AcceptResult(self.accepted, int(token))
         return False
 
 
-def accept_lossless_host(
-    buffers: TreeBuffers,
-    draft_tokens: Sequence[int],
-    probs: torch.Tensor,
-    generator: torch.Generator | None = None,
+def accept_drawn(
+    buffers: TreeBuffers, draft_tokens: Sequence[int], draw: Callable[[int], int]
 ) -> AcceptResult:
-    """`accept_lossless` for one-hot drafts when every row's processed distribution is at hand
-    (`probs` float[N, V], row i = `processed_probs(logits[i], params)`): a `LosslessWalk` fed
-    its rows; the same choices and draws as the tensor walk."""
-    walk = LosslessWalk(buffers, draft_tokens, generator)
-    while walk.visit(probs[walk.node]):
+    """A `TokenWalk` run to the end, `draw(node)` giving the token drawn at each node it stands on."""
+    walk = TokenWalk(buffers, draft_tokens)
+    while walk.visit(draw(walk.node)):
         pass
     assert walk.result is not None
     return walk.result

@@ -21,7 +21,7 @@ from entmtp_vllm.acceptance import (
     accept_greedy_host,
     greedy_step,
     accept_lossless,
-    accept_lossless_host,
+    accept_drawn,
     accept_typical,
 )
 from entmtp_vllm.config import SamplingParams, TypicalConfig
@@ -402,7 +402,8 @@ def draft_step(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Draft `draws` independent trees after `prefix` (its last token is the root).
 
-    drafting: "topk" (node of rank r = r-th most likely draft token, q one-hot),
+    drafting: "topk" (node of rank r = r-th most likely draft token, q one-hot), "bottomk" (the
+    r-th least likely, q one-hot),
     "iid" (siblings drawn independently from q, SpecInfer), or "unique" (siblings drawn
     without replacement: each from q with earlier siblings removed, renormalised).
     Lookup nodes (rank -1) copy a token that is a fixed function of the prefix (q one-hot).
@@ -423,6 +424,8 @@ def draft_step(
             token = (value[:, parent] * 5 + 2) % VOCAB
         elif drafting == "topk":
             token = q.argsort(dim=-1, descending=True, stable=True)[:, ranks[i]]
+        elif drafting == "bottomk":  # the least likely tokens: drafts that are mostly wrong
+            token = q.argsort(dim=-1, descending=False, stable=True)[:, ranks[i]]
         else:
             if drafting == "unique":
                 for sibling in tree.children[parent][: ranks[i]]:
@@ -436,18 +439,28 @@ def draft_step(
     return tokens, models.target[rows], None if drafting == "topk" else probs
 
 
+def exponential_race(probs: torch.Tensor, g: torch.Generator) -> int:
+    """One draw from `probs` as vLLM's sampler draws it: argmax(p / q), q one exponential per token."""
+    return int((probs / torch.empty_like(probs).exponential_(generator=g)).argmax())
+
+
 def _walk(tree, tokens: torch.Tensor, logits: torch.Tensor, params: SamplingParams, g: torch.Generator,
-          probs: torch.Tensor | None, host: bool):
-    """One lossless step: the tensor walk, or (`host`, top-k drafts only) the host walk over
-    the rows' processed distributions."""
-    if host:
-        return accept_lossless_host(tree, tokens.tolist(), processed_probs(logits.double(), params), g)
-    return accept_lossless(tree, tokens, logits, params, g, probs)
+          probs: torch.Tensor | None, rule: str):
+    """One lossless step: rejection sampling (`accept_lossless`), or (top-k drafts only) the
+    draft-independent walk ("token": one exponential race per node the walk stands on;
+    "shared-noise": the negative control, one noise vector for the whole step)."""
+    if rule == "rejection":
+        return accept_lossless(tree, tokens, logits, params, g, probs)
+    rows = processed_probs(logits.double(), params)
+    if rule == "token":
+        return accept_drawn(tree, tokens.tolist(), lambda node: exponential_race(rows[node], g))
+    noise = torch.empty(rows.shape[1], dtype=rows.dtype).exponential_(generator=g)
+    return accept_drawn(tree, tokens.tolist(), lambda node: int((rows[node] / noise).argmax()))
 
 
 def first_two_tokens(
     models: ToyModels, params: SamplingParams, drafting: str, seed: int, draws: int = DRAWS, tree=STAT_TREE,
-    host: bool = False,
+    rule: str = "rejection",
 ) -> torch.Tensor:
     """The first two tokens emitted by `draws` independent runs of lossless decoding: [draws, 2].
 
@@ -458,7 +471,7 @@ def first_two_tokens(
     out: list[list[int]] = []
     tokens, logits, probs = draft_step(models, (), drafting, draws, g, tree)
     for m in range(draws):
-        result = _walk(tree, tokens[m], logits[m], params, g, None if probs is None else probs[m], host)
+        result = _walk(tree, tokens[m], logits[m], params, g, None if probs is None else probs[m], rule)
         out.append(result.emitted(tokens[m])[:2])
     for first in range(VOCAB):
         waiting = [m for m, emitted in enumerate(out) if emitted == [first]]
@@ -466,7 +479,7 @@ def first_two_tokens(
             continue
         tokens, logits, probs = draft_step(models, (first,), drafting, len(waiting), g, tree)
         for j, m in enumerate(waiting):
-            result = _walk(tree, tokens[j], logits[j], params, g, None if probs is None else probs[j], host)
+            result = _walk(tree, tokens[j], logits[j], params, g, None if probs is None else probs[j], rule)
             out[m].append(result.emitted(tokens[j])[0])
     return torch.tensor(out)
 
@@ -544,36 +557,56 @@ def test_lossless_hybrid_tree_follows_the_target() -> None:
     assert chi_square_pvalue(samples[:, 0] * VOCAB + samples[:, 1], pair) > P_VALUE
 
 
-@pytest.mark.parametrize("params", [SamplingParams(temperature=1.0), SamplingParams(temperature=0.8, top_k=3)],
-                         ids=["T1", "topk3"])
+@pytest.mark.parametrize("params", [SamplingParams(temperature=1.0), SamplingParams(temperature=0.8, top_k=3),
+                                    SamplingParams(temperature=1.3, top_p=0.8)], ids=["T1", "topk3", "topp0.8"])
 @pytest.mark.parametrize("tree", [STAT_TREE, HYBRID_TREE], ids=["full-3-2", "hybrid"])
-def test_lossless_host_walk_follows_the_target(params: SamplingParams, tree) -> None:
-    """The host walk over precomputed rows (what the vLLM runner runs for sampled requests) is
-    lossless too: the same end-to-end check as the tensor walk, with top-k (one-hot) drafts."""
+def test_token_walk_follows_the_target(params: SamplingParams, tree) -> None:
+    """The draft-independent walk (what the vLLM runner runs for sampled requests) is lossless:
+    the same end-to-end check as rejection sampling, with top-k (one-hot) drafts and lookup copies."""
     models = ToyModels(seed=11)
-    samples = first_two_tokens(models, params, "topk", seed=99, tree=tree, host=True)
+    samples = first_two_tokens(models, params, "topk", seed=99, tree=tree, rule="token")
     first, pair = target_first_and_pair(models, params)
     assert chi_square_pvalue(samples[:, 0], first) > P_VALUE
     assert chi_square_pvalue(samples[:, 0] * VOCAB + samples[:, 1], pair) > P_VALUE
 
 
+def test_negative_control_detects_one_noise_vector_reused_across_a_step() -> None:
+    """The same statistic flags a walk that draws one noise vector per step and reuses it at every
+    node (one draw a step instead of one per emitted token): each token alone still follows its
+    row, but the tokens of a step are coupled, which the pair distribution shows."""
+    params = SamplingParams(temperature=1.0)
+    models = ToyModels(seed=11)
+    samples = first_two_tokens(models, params, "topk", seed=99, draws=DRAWS // 5, rule="shared-noise")
+    first, pair = target_first_and_pair(models, params)
+    assert chi_square_pvalue(samples[:, 0] * VOCAB + samples[:, 1], pair) < P_VALUE
+
+
 @pytest.mark.parametrize("params", [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_k=3),
                                     SamplingParams(temperature=1.3, top_p=0.8)], ids=["T1", "topk3", "topp0.8"])
-def test_lossless_host_walk_makes_the_tensor_walks_choices(params: SamplingParams) -> None:
-    """Same generator, same tree and rows: the host walk accepts the same path and draws the same
-    bonus token as the tensor walk, on trees with siblings, duplicated sibling tokens (lookup
-    copies) and uneven depths, at every acceptance length."""
-    models = ToyModels(seed=11)
+def test_token_walk_text_does_not_depend_on_the_drafts(params: SamplingParams) -> None:
+    """The same generator seed gives the same three tokens whatever is drafted: without a tree
+    (one draw per token, as decoding without speculation), with top-k trees of every shape, with
+    drafts of the least likely tokens. The tokens emitted per step differ; the text does not."""
+    models = ToyModels(seed=11, max_len=5)
+    trees = {"none": None, "full-3-2": STAT_TREE, "hybrid": HYBRID_TREE, "uneven": UNEVEN}
     lengths = set()
-    for tree in (STAT_TREE, HYBRID_TREE, UNEVEN):
-        tokens, logits, _ = draft_step(models, (), "topk", 400, torch.Generator().manual_seed(5), tree)
-        for m in range(400):
-            rows = logits[m].double()
-            tensor = accept_lossless(tree, tokens[m], rows, params, torch.Generator().manual_seed(m))
-            host = accept_lossless_host(tree, tokens[m].tolist(), processed_probs(rows, params),
-                                        torch.Generator().manual_seed(m))
-            assert host == tensor, (tree.nodes, m)
-            lengths.add(len(tensor.accepted))
+    for seed in range(200):
+        texts = {}
+        for name, tree in trees.items():
+            for wrong in (False, True) if tree is not None else (False,):
+                g = torch.Generator().manual_seed(seed)
+                text: list[int] = []
+                while len(text) < 3:
+                    if tree is None:
+                        text.append(exponential_race(models.target_probs(tuple(text), params), g))
+                        continue
+                    tokens, logits, _ = draft_step(models, tuple(text), "bottomk" if wrong else "topk", 1, g, tree)
+                    result = _walk(tree, tokens[0], logits[0], params, g, None, "token")
+                    emitted = result.emitted(tokens[0])
+                    lengths.add(len(emitted))
+                    text.extend(emitted)
+                texts[(name, wrong)] = text[:3]
+        assert len(set(map(tuple, texts.values()))) == 1, (seed, texts)
     assert lengths >= {1, 2, 3}
 
 

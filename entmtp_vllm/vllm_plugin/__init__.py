@@ -32,11 +32,13 @@ from __future__ import annotations
 
 
 def register() -> None:
-    """vLLM general plugin: the forms users type, the running platform's tree attention backends
-    and worker selection, the config checks, the draft handoff."""
+    """vLLM general plugin: the forms users type, min_p and logit_bias let through for EntMTP
+    engines, the running platform's tree attention backends and worker selection, the config
+    checks, the draft handoff."""
     from entmtp_vllm.vllm_plugin import draft_handoff
-    from entmtp_vllm.vllm_plugin.install import wrap_engine_args, wrap_platform
+    from entmtp_vllm.vllm_plugin.install import wrap_engine_args, wrap_platform, wrap_sampling_checks
 
     wrap_engine_args()
+    wrap_sampling_checks()
     wrap_platform()
     draft_handoff.install()

@@ -118,8 +118,9 @@ class EntMTPConfig(_Model):
     first tree."""
 
     acceptance: Literal["greedy", "typical", "lossless"] = "lossless"
-    """Acceptance rule for sampled requests: `lossless` (tree rejection sampling; the output
-    follows the target's distribution), `typical` (Medusa/Hydra typical acceptance: faster,
+    """Acceptance rule for sampled requests: `lossless` (each token drawn as vLLM's sampler draws
+    it without speculation, the tree walked along it: the output follows the target's distribution
+    and a seeded request gives vLLM's text without speculation), `typical` (Medusa/Hydra typical acceptance: faster,
     lossy) or `greedy` (drafts and bonus tokens are the target's argmax: sampled requests decode
     greedily after their first token). Greedy requests (temperature 0) always use the greedy rule."""
 

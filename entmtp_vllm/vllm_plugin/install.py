@@ -23,7 +23,9 @@ process never imports vLLM's CPU worker, which replaces torch's CUDA APIs proces
    Any `EntMTPError` there makes vLLM refuse to start, before any model is loaded.
 4. vLLM's multiprocess executor answers `take_draft_token_ids` from the drafts EntMTP's runner
    attached to the step's output, instead of a round trip to the worker (`draft_handoff.py`).
-5. Platform extras (`cpu/__init__.py`): on CPU, vLLM's Ray executor gets a Ray device, and
+5. vLLM's refusal of min_p and logit_bias under speculative decoding is lifted for EntMTP
+   engines only (`wrap_sampling_checks`): the tree path applies both.
+6. Platform extras (`cpu/__init__.py`): on CPU, vLLM's Ray executor gets a Ray device, and
    vLLM's CPU linear dispatch the packed matrix multiply hook (`ENTMTP_CPU_GEMM=packed`).
 """
 
@@ -43,10 +45,15 @@ SPEC_FLAGS = (("--spec-method", "spec_method", "method"), ("--spec-model", "spec
 _MARK = "_entmtp_wrapped"
 
 
+def drafts_with_entmtp(speculative_config: Any) -> bool:
+    """Whether a vLLM `SpeculativeConfig` is EntMTP's."""
+    spec = speculative_config
+    return spec is not None and spec.method == "custom_class" and spec.model in PROPOSER_NAMES
+
+
 def entmtp_requested(vllm_config: Any) -> bool:
     """Whether this engine drafts with EntMTP."""
-    spec = getattr(vllm_config, "speculative_config", None)
-    return spec is not None and spec.method == "custom_class" and spec.model in PROPOSER_NAMES
+    return drafts_with_entmtp(getattr(vllm_config, "speculative_config", None))
 
 
 def platform_name(platform: Any) -> str:
@@ -156,6 +163,32 @@ def accept_method_choice(parser: Any) -> None:
     for action in getattr(parser, "_actions", ()):
         if "--spec-method" in action.option_strings and action.choices is not None and METHOD not in action.choices:
             action.choices = [*action.choices, METHOD]
+
+
+def wrap_sampling_checks() -> None:
+    """Let min_p and logit_bias through vLLM's request validation for EntMTP engines (once per
+    process). vLLM refuses both for every speculative method (`SamplingParams._validate_spec_decode`,
+    run where requests enter: the API server, `LLM`); EntMTP's verification applies them as vLLM's
+    sampler does. Only those two fields are hidden from the check, only for an EntMTP config:
+    whatever else vLLM checks there still runs."""
+    from vllm.sampling_params import SamplingParams
+
+    stock = SamplingParams._validate_spec_decode
+    if getattr(stock, _MARK, False):
+        return
+
+    def _validate_spec_decode(self, speculative_config, *args, **kwargs):
+        if not drafts_with_entmtp(speculative_config):
+            return stock(self, speculative_config, *args, **kwargs)
+        min_p, logit_bias = self.min_p, self.logit_bias
+        self.min_p, self.logit_bias = 0.0, None
+        try:
+            return stock(self, speculative_config, *args, **kwargs)
+        finally:
+            self.min_p, self.logit_bias = min_p, logit_bias
+
+    setattr(_validate_spec_decode, _MARK, True)
+    SamplingParams._validate_spec_decode = _validate_spec_decode
 
 
 def wrap_platform() -> None:

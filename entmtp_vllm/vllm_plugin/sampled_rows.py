@@ -1,84 +1,125 @@
 """`SampledRows`: verification of a step's sampled requests, their walks advancing together.
 
-    rows = SampledRows()                                     # one per model runner
-    results = rows.verify(logits, {i: root_row}, {i: LosslessWalk(...) or None}, params, generators)
+    rows = SampledRows(runner.sampler)                      # one per model runner
+    results = rows.verify(logits, {i: root_row}, {i: TokenWalk(...) or None}, settings)
 
-Each sampled request walks the lossless rule (`acceptance.LosslessWalk`) from its root row; a
-request without a tree draws its one token from its root row. At every depth the rows the walks
-stand on go through `processed_probs` together, once per distinct sampling setting, into a
-float32 buffer kept across steps: only the rows a walk reaches are processed (a rejected draft's
-row never is), and no [rows, V] tensor is allocated per step (gathered and widened into the
-buffer, scaled and put through softmax there: 0.42 ms for 10 rows of 49152 on one thread of the
-2-core EPYC, against 0.61 ms for softmax over a fresh widened copy).
+Each sampled request walks the draft-independent rule (`acceptance.TokenWalk`) from its root row;
+a request without a tree draws its one token from its root row. At every depth the rows the walks
+stand on are gathered into a float32 buffer kept across steps, and put through vLLM's own sampler
+steps, as vLLM's `Sampler.sample` runs them without speculation: the temperature
+(`Sampler.apply_temperature`), min_p (`apply_min_p`, vLLM's `MinPLogitsProcessor.apply` row by
+row), then top-k / top-p and the draw (`Sampler.topk_topp_sampler`, with each seeded request's
+generator). A request therefore draws, per emitted token, exactly what vLLM's sampler draws for it
+without speculation (on vLLM's CPU platform one seed per token for the fused Gumbel-max kernel; on
+CUDA one exponential vector), and takes the same token from the same row. Logit bias is applied
+to the logits before (`apply_logit_bias`), as vLLM's non-argmax-invariant processors are. Only the
+rows a walk reaches are processed.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+import numpy as np
 import torch
 
-from entmtp_vllm.acceptance import AcceptResult, LosslessWalk
-from entmtp_vllm.config import SamplingParams
-from entmtp_vllm.sampling import processed_probs, sample
+from entmtp_vllm.acceptance import AcceptResult, TokenWalk
+
+
+@dataclass
+class RowSettings:
+    """The step's sampling settings per request index, read from vLLM's input batch: the same
+    values (and dtypes) vLLM's sampler reads."""
+
+    temperature: np.ndarray
+    """float32[num_reqs]."""
+    top_k: np.ndarray | None
+    """int32[num_reqs] (the vocabulary size where unused), None when no request uses top-k."""
+    top_p: np.ndarray | None
+    """float32[num_reqs] (1.0 where unused), None when no request uses top-p."""
+    min_p: np.ndarray | None
+    """float32[num_reqs] (0 where unused), None when no request uses min_p."""
+    generators: dict[int, torch.Generator] = field(default_factory=dict)
+    """Seeded requests' generators; the others draw from torch's default generator."""
+
+
+def apply_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """vLLM's min_p (`MinPLogitsProcessor.apply`): tokens whose probability is below `min_p`
+    times the row's largest are masked to -inf, in place. `min_p`: float32[rows, 1]."""
+    probs = torch.nn.functional.softmax(logits, dim=-1)
+    threshold = torch.amax(probs, dim=-1, keepdim=True).mul_(min_p)
+    return logits.masked_fill_(probs < threshold, -float("inf"))
+
+
+def apply_logit_bias(logits: torch.Tensor, rows: slice, bias: dict[int, float]) -> None:
+    """vLLM's logit bias (`LogitBiasLogitsProcessor.apply`) on rows `rows` of float32 `logits`,
+    in place: each biased token's logit plus its float32 bias."""
+    tokens = torch.tensor(list(bias), dtype=torch.long, device=logits.device)
+    values = torch.tensor(list(bias.values()), dtype=torch.float32, device=logits.device)
+    block = logits[rows]
+    block[:, tokens] += values
 
 
 class SampledRows:
-    """The sampled requests' verification; the row buffer grows to the largest step seen."""
+    """The sampled requests' verification; the row buffer grows to the largest step seen.
+    `sampler`: the runner's vLLM `Sampler`."""
 
-    def __init__(self) -> None:
+    def __init__(self, sampler) -> None:
+        self.sampler = sampler
         self._buffer: torch.Tensor | None = None
 
     def _rows(self, count: int, like: torch.Tensor) -> torch.Tensor:
-        dtype = torch.float32 if like.dtype in (torch.float16, torch.bfloat16) else like.dtype
         buffer = self._buffer
-        if buffer is None or buffer.shape[0] < count or buffer.shape[1] != like.shape[-1] or buffer.dtype != dtype \
+        if buffer is None or buffer.shape[0] < count or buffer.shape[1] != like.shape[-1] \
                 or buffer.device != like.device:
             size = max(count, 2 * buffer.shape[0] if buffer is not None else 0)
-            buffer = self._buffer = torch.empty(size, like.shape[-1], dtype=dtype, device=like.device)
+            buffer = self._buffer = torch.empty(size, like.shape[-1], dtype=torch.float32, device=like.device)
         return buffer
 
-    def compute(self, logits: torch.Tensor, rows: dict[int, int], params: list[SamplingParams]) -> dict[int, torch.Tensor]:
-        """For each request index in `rows`, row `rows[index]` of `logits` processed under
-        `params[index]` (float[V], a view of the buffer, valid until the next call); the requests
-        of one setting in one `processed_probs` call."""
+    def draw(self, logits: torch.Tensor, rows: dict[int, int], settings: RowSettings) -> dict[int, int]:
+        """For each request index in `rows`, the token vLLM's sampler draws from row `rows[index]`
+        of `logits` under that request's settings, all rows in one pass."""
         if not rows:
             return {}
-        groups: dict[SamplingParams, list[int]] = {}
-        for i in rows:
-            groups.setdefault(params[i], []).append(i)
-        buffer = self._rows(len(rows), logits)
-        out: dict[int, torch.Tensor] = {}
-        start = 0
-        for setting, members in groups.items():
-            block = buffer[start : start + len(members)]
-            for k, i in enumerate(members):
-                block[k].copy_(logits[rows[i]])  # gathered and widened into the buffer, one row at a time
-            probs = processed_probs(block, setting, out=block)
-            out.update(zip(members, probs))
-            start += len(members)
-        return out
+        requests = list(rows)
+        block = self._rows(len(requests), logits)[: len(requests)]
+        for k, i in enumerate(requests):
+            block[k].copy_(logits[rows[i]])  # gathered and widened into the buffer, one row at a time
+        index = np.asarray(requests, dtype=np.int64)
+        device = block.device
+
+        def column(values: np.ndarray | None) -> torch.Tensor | None:
+            return None if values is None else torch.from_numpy(values[index]).to(device)
+
+        self.sampler.apply_temperature(block, column(settings.temperature), True)
+        min_p = column(settings.min_p)
+        if min_p is not None:
+            apply_min_p(block, min_p.unsqueeze(1))
+        generators = {k: settings.generators[i] for k, i in enumerate(requests) if i in settings.generators}
+        tokens, _ = self.sampler.topk_topp_sampler(block, generators, column(settings.top_k), column(settings.top_p))
+        return dict(zip(requests, tokens.tolist()))  # host sync (GPU): once per depth
 
     def verify(
         self,
         logits: torch.Tensor,
         roots: dict[int, int],
-        walks: dict[int, LosslessWalk | None],
-        params: list[SamplingParams],
-        generators: dict[int, torch.Generator | None],
+        walks: dict[int, TokenWalk | None],
+        settings: RowSettings,
     ) -> dict[int, AcceptResult]:
         """Every request in `roots` (its root's row in `logits`; a walk's node j is row root + j)
         verified: its walk run to the end, or (walk None: no tree) one token drawn from its root
-        row (`AcceptResult([0], token)`). Depth by depth, the rows the walks stand on processed
+        row (`AcceptResult([0], token)`). Depth by depth, the rows the walks stand on drawn from
         together."""
         results: dict[int, AcceptResult] = {}
         standing = dict(roots)  # request: the row its walk needs now
         while standing:
-            probs = self.compute(logits, standing, params)
+            tokens = self.draw(logits, standing, settings)
             onward: dict[int, int] = {}
-            for i, row in probs.items():
+            for i, token in tokens.items():
                 walk = walks.get(i)
                 if walk is None:
-                    results[i] = AcceptResult([0], sample(row, generators.get(i)))
-                elif walk.visit(row):
+                    results[i] = AcceptResult([0], token)
+                elif walk.visit(token):
                     onward[i] = roots[i] + walk.node
                 else:
                     assert walk.result is not None

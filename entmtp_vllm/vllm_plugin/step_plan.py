@@ -5,7 +5,7 @@ parameters map to the core's (`core_params`) or fall outside the tree path (`uns
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -60,6 +60,10 @@ class StepPlan:
     """Per request after verification, for heads with a prefix layer only: the position of its
     first accepted row and the token rows of its accepted nodes (root first; after a prefill,
     the chunk's last row)."""
+    logit_bias: list[dict[int, float] | None] = field(default_factory=list)
+    """Per request: its logit bias (token: bias), or None."""
+    min_p: list[float] = field(default_factory=list)
+    """Per request: its min_p (0: none)."""
 
 
 def core_params(sampling_params) -> SamplingParams:
@@ -79,8 +83,10 @@ def _sampled(temperature: float, top_k: int, top_p: float) -> SamplingParams:
     return SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
 
 
-def unsupported(sampling_params) -> list[str]:
-    """The sampler features of a request that only vLLM's own sampler applies."""
+def unsupported(sampling_params, acceptance: str = "lossless") -> list[str]:
+    """The sampler features of a request that only vLLM's own sampler applies (the tree path
+    applies temperature, top-k, top-p, min_p and logit bias; min_p not under typical acceptance,
+    whose bonus token is drawn by EntMTP's own sampler)."""
     if sampling_params is None:
         return []
     found = []
@@ -88,12 +94,12 @@ def unsupported(sampling_params) -> list[str]:
         found.append("presence/frequency penalties")
     if sampling_params.repetition_penalty not in (None, 1.0):
         found.append("repetition_penalty")
-    if sampling_params.min_p:
-        found.append("min_p")
+    if sampling_params.min_p and acceptance == "typical":
+        found.append("min_p under typical acceptance")
     if sampling_params.min_tokens:
         found.append("min_tokens")
-    if sampling_params.logit_bias or sampling_params.allowed_token_ids or sampling_params.bad_words:
-        found.append("logit_bias/allowed_token_ids/bad_words")
+    if sampling_params.allowed_token_ids or sampling_params.bad_words:
+        found.append("allowed_token_ids/bad_words")
     if sampling_params.logprobs is not None:
         found.append("logprobs")
     return found

@@ -32,23 +32,30 @@ The platform runners (`cpu/model_runner.py`, `cuda/model_runner.py`) add only wh
 compaction writes (`_entmtp_compact`). Drafts are read from
 `scheduler_output.scheduled_spec_decode_tokens`, never from `input_ids` (which clamps the
 scheduler's -1 placeholders to token 0). Requests without a usable draft (prefill, placeholders, a
-draft that is not ours) are sampled from their first row and accept nothing. The tree path samples
-with temperature, top-k, top-p and per-request seeds.
+draft that is not ours) are sampled from their first row and accept nothing.
+
+Sampled requests are verified by the draft-independent rule (`acceptance.TokenWalk`): at each node
+the request draws the target's token exactly as vLLM's sampler draws it without speculation (the
+same sampler steps on the same row, the request's own generator: one draw per emitted token), and
+the walk follows the child that drafted that token or stops with it. A seeded request's text is
+therefore vLLM's without speculation, whatever was drafted, batched or measured around it. The
+tree path applies temperature, top-k, top-p, min_p, logit bias and per-request seeds (vLLM's
+builtin logits processors are built for EntMTP engines: `_entmtp_logitsprocs`).
 
 A step where no request verifies a tree goes to vLLM's own sampler with each request's first
 logits row (vLLM builds spec-decode metadata on every step once a proposer is configured, even
 when nothing was drafted, so `_sample` must do this itself). That is also the fallback for
-sampler features the tree path does not apply (penalties, logit bias, allowed tokens, bad words,
-min_tokens, min_p, logprobs): while any request in the batch uses one, drafts already scheduled
-are ignored (only their first row counts, as if every draft were rejected) and no request drafts,
-so the whole batch decodes exactly as vLLM without speculation. Requests with structured output
-get no drafts (the grammar checks drafts as one sequence); vLLM's bitmask still applies to their
-single row.
+sampler features the tree path does not apply (penalties, allowed tokens, bad words, min_tokens,
+logprobs; min_p under typical acceptance): while any request in the batch uses one, drafts already
+scheduled are ignored (only their first row counts, as if every draft were rejected) and no
+request drafts, so the whole batch decodes exactly as vLLM without speculation. Requests with
+structured output get no drafts (the grammar checks drafts as one sequence); vLLM's bitmask still
+applies to their single row.
 
 Host synchronisations the tree path adds on a GPU are marked "host sync (GPU)" where they happen
 and listed, with their call sites, in `docs/gpu.md`: greedy verification compares on the device
 and reads the step's argmax tokens and node matches back once, the policy's p0 / entropy are read
-back once per step, sampled requests read their rows' probabilities as their walks need them.
+back once per step, sampled requests read their drawn tokens back once per depth of their walks.
 """
 
 from __future__ import annotations
@@ -61,13 +68,13 @@ import torch
 from vllm.logger import init_logger
 from vllm.v1.outputs import ModelRunnerOutput, SamplerOutput
 
-from entmtp_vllm.acceptance import LosslessWalk, accept, accept_greedy_host, greedy_step
+from entmtp_vllm.acceptance import TokenWalk, accept, accept_greedy_host, greedy_step
 from entmtp_vllm.config import SamplingParams
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.features import entropy as entropy_of
 from entmtp_vllm.vllm_plugin.draft_handoff import attach as attach_drafts
 from entmtp_vllm.vllm_plugin.proposer import DraftRequest, EntMTPProposer, Proposal, remaining_tokens
-from entmtp_vllm.vllm_plugin.sampled_rows import SampledRows
+from entmtp_vllm.vllm_plugin.sampled_rows import RowSettings, SampledRows, apply_logit_bias
 from entmtp_vllm.vllm_plugin.step_plan import StepPlan, Verification, core_params, unsupported
 from entmtp_vllm.vllm_plugin.tree_step import TREE_STEP_ATTR, TreeStep, build_tree_step
 
@@ -100,6 +107,7 @@ class TreeRunnerMixin:
             if self.uses_mrope:
                 raise EntMTPError("EntMTP does not support M-RoPE models yet (tree positions would need mrope_positions)")
             self._entmtp.runner_attached = True
+            self.input_batch.logitsprocs = self._entmtp_logitsprocs()
         self._entmtp_plan: StepPlan | None = None
         self._entmtp_pending: dict[str, Proposal] = {}
         """Proposals drafted at the end of a step, waiting for the step that schedules them."""
@@ -110,8 +118,19 @@ class TreeRunnerMixin:
         """When the previous timed step ended."""
         self._entmtp_shape: tuple[int, int, int] | None = None
         """(requests, rows, tree rows) of the step being run when it is decode-only."""
-        self._entmtp_sampled = SampledRows()
-        """Sampled requests' processed rows at verification (a buffer kept across steps)."""
+        self._entmtp_sampled = SampledRows(self.sampler)
+        """Sampled requests' draws at verification (a row buffer kept across steps)."""
+
+    def _entmtp_logitsprocs(self):
+        """vLLM's builtin logits processors (min_tokens, logit bias, min_p), as vLLM builds them
+        without speculation: with any speculative method vLLM builds min_tokens only, and refuses
+        min_p and logit bias up front; EntMTP's verification applies both (the fallback sampler
+        through these processors), and the plugin lets them through (`install.wrap_sampling_checks`)."""
+        from vllm.utils.torch_utils import PIN_MEMORY
+        from vllm.v1.sample.logits_processor import BUILTIN_LOGITS_PROCESSORS, LogitsProcessors
+
+        logger.info("EntMTP applies min_p and logit_bias: vLLM's builtin logits processors are built for this engine")
+        return LogitsProcessors(ctor(self.vllm_config, self.device, PIN_MEMORY) for ctor in BUILTIN_LOGITS_PROCESSORS)
 
     # ------------------------------------------------------------------ platform hooks
 
@@ -217,11 +236,16 @@ class TreeRunnerMixin:
         np.cumsum(num_scheduled_tokens[:num_reqs], out=starts[1:])
         trees: list[Verification | None] = [None] * num_reqs
         params: list[SamplingParams] = []
+        logit_bias: list[dict[int, float] | None] = []
+        min_p: list[float] = []
         stock_sampler = False
+        acceptance = drafter.settings.acceptance
         for i, req_id in enumerate(batch.req_ids[:num_reqs]):
             sampling_params = self.requests[req_id].sampling_params
             params.append(core_params(sampling_params))
-            for feature in unsupported(sampling_params):
+            logit_bias.append(getattr(sampling_params, "logit_bias", None) or None)
+            min_p.append(float(getattr(sampling_params, "min_p", 0.0) or 0.0))
+            for feature in unsupported(sampling_params, acceptance):
                 stock_sampler = True
                 if feature not in self._entmtp_warned:
                     self._entmtp_warned.add(feature)
@@ -261,7 +285,7 @@ class TreeRunnerMixin:
             self.positions[rows] = values
         return StepPlan(
             num_reqs, starts, trees, params, prefix_lens, self._tree_step_of(trees, starts), stock_sampler,
-            decode_only=decode_only, tree_tokens=tree_tokens,
+            decode_only=decode_only, tree_tokens=tree_tokens, logit_bias=logit_bias, min_p=min_p,
         )
 
     def _tree_step_of(self, trees: list[Verification | None], starts: np.ndarray) -> TreeStep | None:
@@ -308,6 +332,7 @@ class TreeRunnerMixin:
         observed: list[tuple[int, list[int]]] | None = [] if drafter.observes_positions else None
         req_ids = batch.req_ids
         verified = [0] * 6  # trees, drafted nodes, accepted tokens, moves, lookup drafted / accepted
+        logits = self._biased(plan, logits, ends, num_drafts)
         # Host sync (GPU): for the greedy requests, one argmax over every row of the step and each
         # draft node's match with its parent row's argmax, on the device, read back in one piece;
         # each greedy request's walk is then Python over its tree's host lists.
@@ -317,17 +342,17 @@ class TreeRunnerMixin:
             greedy = greedy_step(logits, [(ends[i] - num_drafts[i] - 1, plan.trees[i].buffers, plan.trees[i].token_ids)
                                           for i in greedy_trees])
             targets, node_ok = greedy.targets, dict(zip(greedy_trees, greedy.node_ok))
-        # The sampled requests that draw a plain token or walk the lossless rule, verified
-        # together: depth by depth, the rows their walks reach processed in one pass per setting.
-        roots, walks, generators = {}, {}, {}
+        # The sampled requests that draw a plain token or walk the draft-independent rule, verified
+        # together: depth by depth, the rows their walks reach drawn from in one pass of vLLM's
+        # sampler steps.
+        roots, walks = {}, {}
         for i in range(plan.num_reqs):
             tree = plan.trees[i]
             if not plan.params[i].greedy and (tree is None or mode == "lossless"):
                 roots[i] = ends[i] - num_drafts[i] - 1
-                generators[i] = self.requests[req_ids[i]].generator
-                walks[i] = None if tree is None else LosslessWalk(tree.buffers, tree.token_ids, generators[i])
-        # Host syncs (GPU): each walk reads its uniforms, then per depth its children's probabilities.
-        sampled = self._entmtp_sampled.verify(logits, roots, walks, plan.params, generators)
+                walks[i] = None if tree is None else TokenWalk(tree.buffers, tree.token_ids)
+        # Host syncs (GPU): one read of the drawn tokens per depth.
+        sampled = self._entmtp_sampled.verify(logits, roots, walks, self._row_settings(plan)) if roots else {}
         for i in range(plan.num_reqs):
             hi = ends[i]
             lo = hi - num_drafts[i] - 1
@@ -393,6 +418,32 @@ class TreeRunnerMixin:
         sampled = torch.tensor([row + [-1] * (width - len(row)) for row in emitted_rows], dtype=torch.int32)
         self._timed("verify", started)
         return SamplerOutput(sampled_token_ids=sampled, logprobs_tensors=None)
+
+    def _biased(self, plan: StepPlan, logits: torch.Tensor, ends: list[int], num_drafts) -> torch.Tensor:
+        """`logits` with each request's logit bias added to its rows, in float32 as vLLM's sampler
+        adds it (in place when the logits are float32, else on a float32 copy); unchanged when no
+        request has one."""
+        biased = [i for i in range(plan.num_reqs) if plan.logit_bias[i]]
+        if not biased:
+            return logits
+        if logits.dtype != torch.float32:
+            logits = logits.float()
+        for i in biased:
+            apply_logit_bias(logits, slice(ends[i] - num_drafts[i] - 1, ends[i]), plan.logit_bias[i])
+        return logits
+
+    def _row_settings(self, plan: StepPlan) -> RowSettings:
+        """The sampling settings vLLM's sampler reads for this batch, from its input batch."""
+        batch = self.input_batch
+        n = plan.num_reqs
+        min_p = np.asarray(plan.min_p, dtype=np.float32) if any(plan.min_p) else None
+        return RowSettings(
+            temperature=batch.temperature_cpu[:n],
+            top_k=None if batch.no_top_k else batch.top_k_cpu[:n],
+            top_p=None if batch.no_top_p else batch.top_p_cpu[:n],
+            min_p=min_p,
+            generators=dict(batch.generators),
+        )
 
     def _root_features(
         self, plan: StepPlan, logits: torch.Tensor, rows: list[int] | None = None

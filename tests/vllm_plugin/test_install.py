@@ -197,3 +197,31 @@ def test_on_cpu_the_plugin_registers_the_cpu_backend_only():
     assert AttentionBackendEnum.CPU_ATTN.get_class().__module__ == "entmtp_vllm.vllm_plugin.cpu.attention"
     for name in ("FLASH_ATTN", "TRITON_ATTN"):
         assert not AttentionBackendEnum[name].get_path().startswith("entmtp_vllm"), name
+
+
+def _spec(method: str, model: str | None = None):
+    """What `SamplingParams._validate_spec_decode` reads of a `SpeculativeConfig`."""
+    return type("Spec", (), {"method": method, "model": model})()
+
+
+@pytest.mark.parametrize("fields", [{"min_p": 0.1}, {"logit_bias": {5: 2.0}}], ids=["min_p", "logit_bias"])
+def test_min_p_and_logit_bias_are_let_through_for_entmtp_engines_only(fields):
+    """With the plugin registered, vLLM's own check still refuses min_p and logit_bias for its
+    speculative methods (ngram here) and lets them through for EntMTP's; the request keeps both
+    fields. Fails if vLLM moves the refusal out of `_validate_spec_decode` (the compat manifest
+    pins the expression too)."""
+    from vllm.exceptions import VLLMValidationError
+    from vllm.sampling_params import SamplingParams
+
+    from entmtp_vllm.vllm_plugin import register
+    from entmtp_vllm.vllm_plugin.config import PROPOSER_CLASS
+
+    register()
+    params = SamplingParams(temperature=1.0, **fields)
+    with pytest.raises(VLLMValidationError, match="not yet supported with speculative decoding"):
+        params._validate_spec_decode(_spec("ngram"))
+    params._validate_spec_decode(_spec("custom_class", PROPOSER_CLASS))
+    params._validate_spec_decode(None)
+    assert (params.min_p, params.logit_bias) == (fields.get("min_p", 0.0), fields.get("logit_bias"))
+    with pytest.raises(VLLMValidationError, match="not yet supported with speculative decoding"):
+        params._validate_spec_decode(_spec("custom_class", "somebody_else.Proposer"))

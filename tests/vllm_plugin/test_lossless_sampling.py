@@ -2,10 +2,11 @@
 
 One chat prompt, N samples of a few tokens from each engine; for every token position a
 chi-square two-sample test compares the token distributions (position 0 is sampled from the
-prefill row; later ones come out of tree verification: accepted drafts, or bonus tokens from
-residual distributions). The
-drafter is the oracle test double (drafts the greedy continuation, ranks swapped at random), so
-both acceptances and rejections happen often.
+prefill row; later ones come out of tree verification: each token drawn at the node the
+draft-independent walk stands on, an accepted draft or the step's last token). The drafter is the
+oracle test double (drafts the greedy continuation, ranks swapped at random), so both acceptances
+and misses happen often. Negative control: the same engine with a walk that keeps a drafted child
+whatever was drawn (a draft-biased rule) fails the same test.
 """
 
 from __future__ import annotations
@@ -60,17 +61,39 @@ def _table(a: list[int], b: list[int]) -> list[list[int]]:
     return rows
 
 
-def test_lossless_matches_vllm_sampling(llm, prompt, reference_samples):
+def _p_values(got: list[list[int]], reference: list[list[int]]) -> list[float]:
+    """Per token position, the chi-square p-value of the two engines' token distributions."""
     from scipy.stats import chi2_contingency
 
+    found = []
+    for position in range(TOKENS):
+        ours = [seq[position] for seq in got if len(seq) > position]
+        theirs = [seq[position] for seq in reference if len(seq) > position]
+        table = _table(ours, theirs)
+        if len(table[0]) >= 2:
+            found.append(chi2_contingency(table).pvalue)
+    return found
+
+
+def test_lossless_matches_vllm_sampling(llm, prompt, reference_samples):
     got = generate_ids(llm, [prompt] * SAMPLES, sampling_params(TOKENS, 1.0))
     counters = stats(llm)
     assert counters["accepted_tokens"] > SAMPLES // 4, counters  # acceptance really happened
-    for position in range(TOKENS):
-        ours = [seq[position] for seq in got if len(seq) > position]
-        theirs = [seq[position] for seq in reference_samples if len(seq) > position]
-        table = _table(ours, theirs)
-        if len(table[0]) < 2:
-            continue
-        p_value = chi2_contingency(table).pvalue
-        assert p_value > ALPHA, f"position {position}: p = {p_value:.2e}, table {table}"
+    p_values = _p_values(got, reference_samples)
+    assert len(p_values) >= TOKENS - 1 and min(p_values) > ALPHA, p_values
+
+
+def test_negative_control_a_draft_biased_walk_fails(llm, prompt, reference_samples, monkeypatch):
+    """A walk that keeps the first child whatever token was drawn (drafts always win) must fail
+    the same test: the statistic sees a rule that favours the drafts."""
+    from entmtp_vllm.acceptance import TokenWalk
+
+    real = TokenWalk.visit
+
+    def biased(walk, token):
+        children = walk.buffers.children[walk.node]
+        return real(walk, walk.tokens[children[0]] if children else token)
+
+    monkeypatch.setattr(TokenWalk, "visit", biased)
+    got = generate_ids(llm, [prompt] * SAMPLES, sampling_params(TOKENS, 1.0))
+    assert min(_p_values(got, reference_samples)) < ALPHA

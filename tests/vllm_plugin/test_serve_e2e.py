@@ -227,3 +227,49 @@ def test_bench_serve_duration_reads_the_steady_rate_off_the_server(server, tmp_p
     # the requests finished after the deadline generated tokens the window did not count
     assert level["output_tokens"] > window["output_tokens"]
     assert level["drained_tokens_per_s"] == level["output_tokens"] / level["wall_s"]
+
+
+PARAMETER_PROMPT = "Once upon a time, in a village by the sea,"
+# One request per sampling parameter a vLLM server takes: (OpenAI fields, vLLM's extra fields).
+# Seeded or greedy, so that the text is fixed; the same request through vLLM without speculation
+# must give the same token ids.
+PARAMETERS = {
+    "seed": ({"temperature": 0.8, "seed": 101}, {}),
+    "top_p": ({"temperature": 1.0, "top_p": 0.85, "seed": 102}, {}),
+    "top_k": ({"temperature": 1.0, "seed": 103}, {"top_k": 30}),
+    "min_p": ({"temperature": 1.0, "seed": 104}, {"min_p": 0.08}),
+    "logit_bias (greedy)": ({"temperature": 0.0, "logit_bias": {"28": 4.0, "30": -8.0}}, {}),
+    "logit_bias (seeded)": ({"temperature": 0.9, "logit_bias": {"28": 3.0}, "seed": 105}, {}),
+    "presence_penalty": ({"temperature": 0.0, "presence_penalty": 0.8}, {}),
+    "frequency_penalty": ({"temperature": 0.7, "frequency_penalty": 0.6, "seed": 106}, {}),
+    "repetition_penalty": ({"temperature": 0.0}, {"repetition_penalty": 1.3}),
+    "stop": ({"temperature": 0.7, "stop": [".", "!"], "seed": 107}, {}),
+    "min_tokens": ({"temperature": 0.7, "seed": 108}, {"min_tokens": 20}),
+    "bad_words": ({"temperature": 0.0}, {"bad_words": [" the", " a"]}),
+    "allowed_token_ids": ({"temperature": 1.0, "seed": 109}, {"allowed_token_ids": list(range(200, 5000))}),
+    "logprobs": ({"temperature": 0.7, "logprobs": 3, "seed": 110}, {}),
+    "ignore_eos": ({"temperature": 1.0, "seed": 111}, {"ignore_eos": True}),
+}
+
+
+def test_every_sampling_parameter_is_served_as_vllm_serves_it(server, request):
+    """Each of vLLM's sampling parameters in one served completion (min_p and logit_bias, which vLLM
+    refuses for its own speculative methods, included): accepted, and the same token ids as vLLM
+    without speculation gives the same request."""
+    from _vllm_engine import run_reference
+
+    base_url, model = server
+    client = _client(base_url)
+    got = {}
+    for name, (fields, extra) in PARAMETERS.items():
+        reply = client.completions.create(model=model, prompt=PARAMETER_PROMPT, max_tokens=MAX_TOKENS,
+                                          extra_body={**extra, "return_token_ids": True}, **fields)
+        got[name] = list(reply.choices[0].token_ids)
+        assert got[name], name
+        if "logprobs" in fields:
+            assert len(reply.choices[0].logprobs.top_logprobs) == len(got[name])
+    per_prompt = [{k: v for k, v in {**fields, **extra}.items()} for fields, extra in PARAMETERS.values()]
+    expected = run_reference(request, {"model": model, "prompts": [PARAMETER_PROMPT] * len(PARAMETERS),
+                                       "max_tokens": MAX_TOKENS, "per_prompt": per_prompt})
+    differ = [name for name, ids in zip(PARAMETERS, expected) if got[name] != ids]
+    assert not differ, f"served differently from vLLM without speculation: {differ}"

@@ -1,9 +1,10 @@
-"""Sampler features the tree path does not apply (penalties, logit bias, bad words, min_tokens,
-min_p, logprobs) fall back to vLLM's own sampler: while a request using one is in the batch,
+"""Sampler features the tree path does not apply (penalties, bad words, allowed tokens,
+min_tokens, logprobs) fall back to vLLM's own sampler: while a request using one is in the batch,
 nothing is verified or drafted, so every request of the batch decodes exactly as vLLM without
 speculation. Checked against vLLM without speculation on one batch mixing such requests with
-plain ones, and on a batch where every request uses a penalty. (vLLM itself refuses min_p and
-logit_bias for any speculative method, with a clear error per request.)"""
+plain ones, and on a batch where every request uses a penalty. (min_p and logit bias are applied
+on the tree path: `test_seeded_sampling.py`; vLLM's refusal of both for its own speculative
+methods stays: `test_install.py`.)"""
 
 from __future__ import annotations
 

@@ -64,6 +64,11 @@ CUSTOM_PROPOSER = "vllm.v1.spec_decode.custom_class_proposer"
 V1_UTILS = "vllm.v1.utils"
 ENVS = "vllm.envs"
 PLUGINS = "vllm.plugins"
+SAMPLER = "vllm.v1.sample.sampler"
+TOPK_TOPP = "vllm.v1.sample.ops.topk_topp_sampler"
+LOGITSPROCS = "vllm.v1.sample.logits_processor"
+BUILTIN_PROCS = "vllm.v1.sample.logits_processor.builtin"
+TORCH_UTILS = "vllm.utils.torch_utils"
 
 _RUNNER_OVERRIDES = (
     ("__init__", "tree_runner: attaches the EntMTP proposer to the runner"),
@@ -114,6 +119,10 @@ MANIFEST: tuple[Entry, ...] = (
     Import(TRITON, "TritonAttentionImpl", "cuda attention: TreeTritonAttentionImpl's base"),
     Import(MULTIPROC, "MultiprocExecutor", "draft_handoff: drafts answered from the step's output"),
     Import(ARGS, "EngineArgs", "install: the `method: entmtp` form"),
+    Import(SAMPLING, "SamplingParams", "install: min_p and logit_bias let through for EntMTP engines"),
+    Import(LOGITSPROCS, "BUILTIN_LOGITS_PROCESSORS", "tree_runner: vLLM's builtin processors built for EntMTP engines"),
+    Import(LOGITSPROCS, "LogitsProcessors", "tree_runner: vLLM's builtin processors built for EntMTP engines"),
+    Import(TORCH_UTILS, "PIN_MEMORY", "tree_runner: the builtin processors built as vLLM builds them"),
     Import(REGISTRY, "AttentionBackendEnum", "backends, cuda configure: the backend names"),
     Import(REGISTRY, "register_backend", "backends: tree attention backends"),
     Import("vllm.platforms", "current_platform", "install, cpu ray_device: platform config checks, Ray device"),
@@ -149,6 +158,8 @@ MANIFEST: tuple[Entry, ...] = (
              "cuda attention: TRITON_ATTN builds the tree impl"),
     Override(ARGS, "EngineArgs.create_speculative_config", "wrap_engine_args.create_speculative_config",
              "install: `method: entmtp` / --spec-method entmtp mapped to custom_class"),
+    Override(SAMPLING, "SamplingParams._validate_spec_decode", "wrap_sampling_checks._validate_spec_decode",
+             "install: min_p and logit_bias let through for EntMTP engines"),
     Override(ARGS, "EngineArgs.add_cli_args", "wrap_engine_args.add_cli_args",
              "install: `entmtp` among --spec-method's choices"),
     Override(PLATFORM, "Platform.check_and_update_config", "wrap_platform.check_and_update_config",
@@ -195,6 +206,11 @@ MANIFEST: tuple[Entry, ...] = (
     Call(MODEL_CONFIG, "ModelConfig.get_head_size", "cuda problems: head sizes the kernels take", 0),
     Call(MODEL_CONFIG, "ModelConfig.get_total_num_kv_heads", "cuda problems: query heads per KV head", 0),
     Call(CUSTOM_PROPOSER, "create_custom_proposer", "proposer: built as vLLM's custom_class", 1),
+    Call(SAMPLER, "Sampler.apply_temperature", "sampled_rows: vLLM's temperature on the rows a walk reaches", 3),
+    Call(TOPK_TOPP, "TopKTopPSampler.forward_native", "sampled_rows: vLLM's top-k / top-p and draw (CUDA)", 4),
+    Call(TOPK_TOPP, "TopKTopPSampler.forward_cpu", "sampled_rows: vLLM's top-k / top-p and draw (CPU)", 4),
+    *(Call(BUILTIN_PROCS, name, "tree_runner: each builtin processor built as vLLM builds it", 3)
+      for name in ("MinTokensLogitsProcessor", "LogitBiasLogitsProcessor", "MinPLogitsProcessor")),
     # ------------------------------------------------------------------ attributes
     *_attributes(GMR, "GPUModelRunner", "tree_runner / cuda model_runner: the runner's state",
                  "drafter", "uses_mrope", "input_batch", "requests", "positions", "max_model_len", "attn_groups",
@@ -203,6 +219,10 @@ MANIFEST: tuple[Entry, ...] = (
     *_attributes(IB, "InputBatch", "tree_runner / cuda model_runner: the batch's rows",
                  "req_ids", "req_id_to_index", "num_reqs", "num_computed_tokens_cpu", "token_ids_cpu",
                  "num_tokens_no_spec", "block_table"),
+    *_attributes(IB, "InputBatch", "tree_runner: the sampling settings vLLM's sampler reads",
+                 "temperature_cpu", "top_k_cpu", "top_p_cpu", "no_top_k", "no_top_p", "generators", "logitsprocs"),
+    *_attributes(GMR, "GPUModelRunner", "tree_runner: vLLM's sampler, whose steps draw the sampled tokens", "sampler"),
+    Attribute(SAMPLER, "Sampler", "topk_topp_sampler", "sampled_rows: vLLM's top-k / top-p and draw"),
     *_attributes(IB, "CachedRequestState", "tree_runner / proposer: per-request sampling and lengths",
                  "sampling_params", "generator", "num_prompt_tokens"),
     Attribute(BT, "MultiGroupBlockTable", "__getitem__", "cuda model_runner: block_table[0]"),
@@ -342,6 +362,28 @@ MANIFEST: tuple[Entry, ...] = (
                "cpu attention: compaction and the layout probe view the cache as vLLM's op does"),
     Expression(CPU_ATTN, "CPUAttentionBackendImpl.do_kv_cache_update", "kv_cache.chunk(2, dim=2)",
                "cpu attention: compaction and the layout probe view the cache as vLLM's op does"),
+    Expression(SAMPLING, "SamplingParams._validate_spec_decode", "self.min_p > _SAMPLING_EPS or self.logit_bias",
+               "install: the refusal of min_p and logit_bias lifted for EntMTP engines (the two fields hidden)"),
+    Expression(LOGITSPROCS, "build_logitsprocs",
+               "LogitsProcessors([MinTokensLogitsProcessor(vllm_config, device, is_pin_memory)])",
+               "tree_runner: with speculation vLLM builds min_tokens only; EntMTP engines get every builtin"),
+    Expression(BUILTIN_PROCS, "MinPLogitsProcessor.apply",
+               "torch.amax(probability_values, dim=-1, keepdim=True)", "sampled_rows.apply_min_p mirrors it"),
+    Expression(BUILTIN_PROCS, "MinPLogitsProcessor.apply", "max_probabilities.mul_(self.min_p)",
+               "sampled_rows.apply_min_p mirrors it"),
+    Expression(BUILTIN_PROCS, "MinPLogitsProcessor.apply", "logits.masked_fill_(invalid_token_mask, -float('inf'))",
+               "sampled_rows.apply_min_p mirrors it"),
+    Expression(BUILTIN_PROCS, "LogitBiasLogitsProcessor.apply", "logits[self.logits_slice]",
+               "sampled_rows.apply_logit_bias mirrors it"),
+    Expression(SAMPLER, "Sampler.forward", "logits.to(torch.float32)",
+               "tree_runner / sampled_rows: bias, temperature and draws on float32 rows, as vLLM's sampler"),
+    Expression(SAMPLER, "Sampler.sample",
+               "self.apply_temperature(logits, sampling_metadata.temperature, sampling_metadata.all_random)",
+               "sampled_rows: the temperature first"),
+    Expression(SAMPLER, "Sampler.sample",
+               "self.topk_topp_sampler(logits, sampling_metadata.generators, sampling_metadata.top_k, "
+               "sampling_metadata.top_p)",
+               "sampled_rows: then top-k / top-p and the draw, with the seeded requests' generators"),
     # ------------------------------------------------------------------ objects we set attributes on
     Settable(CPU_ATTN, "CPUAttentionMetadata", "tree_step / cpu rows: TreeStep and the rows plan on the metadata"),
     Settable(FLASH, "FlashAttentionMetadata", "tree_step: TreeStep on the metadata"),
