@@ -89,6 +89,10 @@ def register_serve(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--concurrency", default="1,4,16", help="comma-separated concurrency levels (default: %(default)s)")
     serve.add_argument("--max-tokens", type=int, default=128, help="max new tokens per request (default: %(default)s)")
     serve.add_argument("--temperature", type=float, default=0.0, help="sampling temperature, 0 = greedy (default: %(default)s)")
+    serve.add_argument("--request-seed", type=int, default=None, metavar="N",
+                       help="send seed N with every request (vLLM's seed): sampled requests become reproducible, and "
+                            "with --compare every method's output is compared with vllm's, prompt by prompt "
+                            "(greedy runs are compared too; default: no seed sent)")
     serve.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens (vLLM's ignore_eos)")
     serve.add_argument("--duration", type=float, help="seconds per level: keep sending prompts cyclically (a soak, or steady load); output tok/s "
                        "is then the server's token count over the window, the drain left out")
@@ -195,6 +199,7 @@ def run_serve_cmd(args: argparse.Namespace) -> int:
         concurrency=bench.parse_int_list(args.concurrency, "--concurrency"),
         max_tokens=args.max_tokens,
         temperature=args.temperature,
+        request_seed=args.request_seed,
         ignore_eos=args.ignore_eos,
         duration=args.duration,
         chat=args.chat,

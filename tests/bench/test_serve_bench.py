@@ -704,3 +704,55 @@ def test_duration_clients_stay_busy_until_the_window_is_read():
     assert all(r.ok for r in results) and len(results) == len(sends)
     assert max(sends) - start > 0.4  # still sending after the deadline, while the read was out
     assert max(sends) <= answered  # and stopped once it was answered
+
+
+def test_request_seed_travels_with_every_request_and_outputs_are_compared(tmp_path):
+    """`--request-seed N`: vLLM's client gets `--extra-body {"seed": N}` and `--save-detailed` (each
+    output's text), this package's client sends the seed in the request body; the comparison then
+    counts, per level, the prompts whose output equals the baseline's, and the report says it."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from entmtp_vllm.bench.serve.client import stream_request
+    from entmtp_vllm.bench.serve.config import CompareConfig
+    from entmtp_vllm.bench.serve.report import compare_markdown
+    from entmtp_vllm.bench.serve.statistics import compare_table, level_outputs
+    from entmtp_vllm.bench.serve.vllm_client import outputs_from_result, vllm_command
+
+    seeded = CompareConfig(temperature=0.7, request_seed=1234, client="vllm", concurrency=[8])
+    command = vllm_command(seeded, "http://127.0.0.1:9/v1", "m", tmp_path / "p.jsonl", 2, 8, tmp_path, "r.json")
+    assert json.loads(command[command.index("--extra-body") + 1]) == {"seed": 1234} and "--save-detailed" in command
+    unseeded = CompareConfig(temperature=0.7, client="vllm")
+    assert not unseeded.keeps_outputs() and unseeded.extra_body() is None
+    assert "--extra-body" not in vllm_command(unseeded, "http://127.0.0.1:9/v1", "m", tmp_path / "p.jsonl", 2, 8,
+                                              tmp_path, "r.json")
+    assert CompareConfig(temperature=0.0).keeps_outputs()  # greedy outputs are compared without a seed
+    assert not CompareConfig(temperature=0.0, duration=5.0).keeps_outputs()  # prompts sent cyclically
+
+    sent = {}
+
+    async def create(**kwargs):
+        sent.update(kwargs)
+        return _FakeStream([_chat_chunk("hi", finish="length")])
+
+    endpoint = SimpleNamespace(create=create)
+    client = SimpleNamespace(chat=SimpleNamespace(completions=endpoint), completions=endpoint)
+    record = asyncio.run(stream_request(client, bench.make_config(bench.ServeBenchConfig, request_seed=7,
+                                                                  ignore_eos=True), "m", "a prompt"))
+    assert sent["extra_body"] == {"ignore_eos": True, "seed": 7} and (record.prompt, record.text) == ("a prompt", "hi")
+
+    records = [RequestResult(ok=True, latency_s=1.0, text="x", prompt="b"),
+               RequestResult(ok=False, latency_s=1.0, prompt="c", error="boom"),
+               RequestResult(ok=True, latency_s=1.0, text="y", prompt="a")]
+    assert level_outputs(records, ["a", "b", "c"]) == ["y", "x", None]
+    assert outputs_from_result({"generated_texts": ["y", "", "z"], "errors": ["", "boom", ""]}, 3) == ["y", None, "z"]
+    level = {"concurrency": 8, "output_tokens_per_s": 10.0, "tpot_ms": None, "ttft_ms": None, "completed": 3,
+             "failed": 0, "errors": []}
+    runs = {"vllm": {"levels": [{**level, "outputs": ["y", "x", None]}]},
+            "entmtp": {"levels": [{**level, "outputs": ["y", "w", "z"]}]}}
+    rows = compare_table(runs)
+    assert [row["same_outputs"] for row in rows] == [None, (1, 2)]
+    results = {"config": {**seeded.model_dump(), "server_args": []}, "model": "m", "num_prompts": 3, "date": "d",
+               "runs": runs, "table": rows}
+    assert "Outputs identical to `vllm`'s, prompt by prompt (T=0.7, seed 1234): `entmtp` 1/2 at concurrency 8." \
+        in compare_markdown(results)

@@ -56,6 +56,9 @@ def test_vllm_detailed_result_becomes_records_that_sum_like_our_own():
     assert level["completed"] == 4 and level["failed"] == 2 and level["tpot_ms"]["p50"] == pytest.approx(100.0)
     with pytest.raises(EntMTPError, match="--save-detailed"):
         interleave.records_from_vllm({"duration": 1.0, "completed": 1})
+    # with the turn's prompts: each record's prompt and output text, for the outputs' comparison
+    named, _ = interleave.records_from_vllm({**result, "generated_texts": ["one", "two", ""]}, ["p1", "p2", "p3"])
+    assert [(r.prompt, r.text) for r in named] == [("p1", "one"), ("p2", "two"), ("p3", "")]
 
 
 def test_interleaved_servers_share_the_memory(monkeypatch):

@@ -13,7 +13,7 @@ from typing import Any
 
 from entmtp_vllm.bench.serve.config import ServeBenchConfig
 from entmtp_vllm.bench.serve.prometheus import GENERATION_TOKENS, MetricsSnapshot, acceptance_delta, parse_prometheus
-from entmtp_vllm.bench.serve.statistics import RequestResult, summarize_level
+from entmtp_vllm.bench.serve.statistics import RequestResult, level_outputs, summarize_level
 from entmtp_vllm.errors import EntMTPError
 
 
@@ -90,7 +90,7 @@ def _finished(chunk: Any) -> bool:
 
 async def stream_request(client, config: ServeBenchConfig, model: str, prompt: str) -> RequestResult:
     """Send one streaming request; never raises (errors are recorded)."""
-    extra_body = {"ignore_eos": True} if config.ignore_eos else None
+    extra_body = config.extra_body()
     common = dict(
         model=model,
         max_tokens=config.max_tokens,
@@ -139,6 +139,7 @@ async def stream_request(client, config: ServeBenchConfig, model: str, prompt: s
             ok=False,
             latency_s=time.perf_counter() - start,
             error=f"{type(exc).__name__}: {message}"[:300],
+            prompt=prompt,
         )
     latency = time.perf_counter() - start
     return RequestResult(
@@ -150,6 +151,7 @@ async def stream_request(client, config: ServeBenchConfig, model: str, prompt: s
         tokens_from_usage=usage_tokens is not None,
         prompt_tokens=prompt_tokens,
         text="".join(pieces),
+        prompt=prompt,
     )
 
 
@@ -260,6 +262,8 @@ async def _bench_async(config: ServeBenchConfig, prompts: list[str], progress: b
             after = await level_metrics(http, config)
             levels.append(summarize_level(results, wall, concurrency, level_acceptance(before, after), window))
             levels[-1]["client_cpu_s"] = cpu
+            if config.keeps_outputs():
+                levels[-1]["outputs"] = level_outputs(results, prompts)
     return {"model": model, "levels": levels}
 
 

@@ -30,6 +30,7 @@ _FLAGS = {
     "num_prompts": "--num-prompts",
     "max_tokens": "--max-tokens",
     "temperature": "--temperature",
+    "request_seed": "--request-seed",
     "duration": "--duration",
     "request_timeout": "--request-timeout",
     "warmup": "--warmup",
@@ -85,6 +86,11 @@ class ServeBenchConfig(_Model):
     temperature: float = Field(default=0.0, ge=0.0)
     """Sampling temperature sent with each request (0: greedy)."""
 
+    request_seed: int | None = None
+    """Seed sent with every request (vLLM's `seed`), so that sampled requests are reproducible;
+    None: none sent. With `--compare`, greedy or seeded runs also compare every method's output
+    with the baseline's, prompt by prompt (`same_outputs` in the table)."""
+
     ignore_eos: bool = False
     """Ask the server to generate `max_tokens` tokens whatever the model says (vLLM's
     `ignore_eos` extra parameter; other servers may refuse it)."""
@@ -114,6 +120,20 @@ class ServeBenchConfig(_Model):
     gauges are kept per replica (a `replica` label); per level each replica's own accepted tokens
     and drafts are reported too. Only replicas that write under `<dir>` as seen from this machine
     count (one node, or a folder every node shares)."""
+
+    def keeps_outputs(self) -> bool:
+        """Whether each level keeps every prompt's output (greedy or seeded requests, each prompt
+        sent once): outputs that another server must reproduce."""
+        return (self.temperature == 0.0 or self.request_seed is not None) and self.duration is None
+
+    def extra_body(self) -> dict[str, Any] | None:
+        """vLLM's extra request fields this load test sends (`ignore_eos`, `seed`)."""
+        extra: dict[str, Any] = {}
+        if self.ignore_eos:
+            extra["ignore_eos"] = True
+        if self.request_seed is not None:
+            extra["seed"] = self.request_seed
+        return extra or None
 
     def ray_metrics_dir(self) -> str | None:
         """The folder of `metrics_from: ray:<dir>`; None when the counters come from `/metrics`."""

@@ -32,7 +32,7 @@ from entmtp_vllm.bench.serve.client import level_metrics, openai_client, run_lev
 from entmtp_vllm.bench.serve.config import CompareConfig, ServeBenchConfig
 from entmtp_vllm.bench.serve.prometheus import acceptance_delta
 from entmtp_vllm.bench.serve.servers import MethodServer, round_order, start_server
-from entmtp_vllm.bench.serve.statistics import RequestResult, compare_table, summarize_level
+from entmtp_vllm.bench.serve.statistics import RequestResult, compare_table, level_outputs, summarize_level
 from entmtp_vllm.bench.serve.vllm_bench_process import VllmBenchProcess
 from entmtp_vllm.bench.serve.vllm_client import vllm_command, write_prompts
 from entmtp_vllm.errors import EntMTPError
@@ -141,6 +141,8 @@ def _round(config: CompareConfig, servers: list[_Server], prompts: list[str], ou
                                     acceptance_delta(before[server.method], after))
             level["turns"] = len(chunks)
             level["client_cpu_s"] = cpu[server.method]
+            if config.keeps_outputs():
+                level["outputs"] = level_outputs(records[server.method], prompts)
             if config.client == "vllm":
                 level["tokens_counted_from"] = "vllm bench serve"
             levels[server.method].append(level)
@@ -174,24 +176,30 @@ def _vllm_turn(config: CompareConfig, runner: VllmBenchProcess, server: _Server,
     prompts_path = write_prompts(chunk, out / f"prompts-{tag}.jsonl")
     name = f"vllm-bench-{tag}.json"
     command = vllm_command(config, server.config.base_url, server.model, prompts_path, len(chunk), concurrency, out, name)
-    cpu = runner.run(command[3:] + ["--save-detailed"], out / f"vllm-bench-{tag}.log")  # the arguments after `vllm bench serve`
+    if "--save-detailed" not in command:
+        command.append("--save-detailed")
+    cpu = runner.run(command[3:], out / f"vllm-bench-{tag}.log")  # the arguments after `vllm bench serve`
     if not (out / name).is_file():
         raise EntMTPError(f"vllm bench serve against {server.config.base_url} wrote no {out / name}")
     prompts_path.unlink()
-    return *records_from_vllm(json.loads((out / name).read_text())), cpu
+    return *records_from_vllm(json.loads((out / name).read_text()), chunk), cpu
 
 
-def records_from_vllm(result: dict[str, Any]) -> tuple[list[RequestResult], float]:
+def records_from_vllm(result: dict[str, Any], prompts: list[str] | None = None) -> tuple[list[RequestResult], float]:
     """vLLM's detailed result JSON as request records and its duration, so turns sum like this
-    package's own client's (TPOT = (latency − TTFT) / (output tokens − 1), as vLLM defines it)."""
+    package's own client's (TPOT = (latency − TTFT) / (output tokens − 1), as vLLM defines it);
+    `prompts`: the prompts sent, in order (each record's prompt, and its text)."""
     keys = ("latencies", "ttfts", "itls", "output_lens", "errors")
     missing = [key for key in keys if key not in result]
     if missing:
         raise EntMTPError(f"vllm bench serve's result has no {', '.join(missing)} (was --save-detailed passed?)")
     records = []
-    for latency, ttft, itl, tokens, error in zip(*(result[key] for key in keys)):
+    texts = result.get("generated_texts") or []
+    for index, (latency, ttft, itl, tokens, error) in enumerate(zip(*(result[key] for key in keys))):
         ok = not error
         records.append(RequestResult(ok=ok, latency_s=float(latency), ttft_s=float(ttft) if ok else None,
                                      itl_s=[float(gap) for gap in itl], output_tokens=int(tokens or 0),
-                                     tokens_from_usage=True, error=error or None))
+                                     tokens_from_usage=True, error=error or None,
+                                     text=texts[index] if index < len(texts) else "",
+                                     prompt=prompts[index] if prompts is not None and index < len(prompts) else None))
     return records, float(result["duration"])

@@ -207,6 +207,18 @@ def _overhead_markdown(levels: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _same_outputs_markdown(results: dict[str, Any]) -> list[str]:
+    """Greedy or seeded runs: how many prompts got the baseline's output from each method."""
+    rows = [row for row in results["table"] if row.get("same_outputs") is not None]
+    if not rows:
+        return []
+    seed = results["config"].get("request_seed")
+    how = "greedy" if results["config"]["temperature"] == 0 else f"T={results['config']['temperature']}, seed {seed}"
+    cells = [f"`{row['method']}` {row['same_outputs'][0]}/{row['same_outputs'][1]} at concurrency {row['concurrency']}"
+             for row in rows]
+    return ["", f"Outputs identical to `{BASELINE}`'s, prompt by prompt ({how}): " + ", ".join(cells) + "."]
+
+
 def compare_markdown(results: dict[str, Any]) -> str:
     cfg = results["config"]
     lines = [
@@ -246,6 +258,7 @@ def compare_markdown(results: dict[str, Any]) -> str:
             f"{_fmt(row['mean_acceptance_length'], 3)} | {'–' if share is None else f'{100 * share:.1f}%'} | "
             f"{'–' if client is None else f'{100 * client:.0f}%'} | {row['completed']} | {row['failed']} |"
         )
+    lines += _same_outputs_markdown(results)
     lines += _rounds_markdown(results)
     rounds = results.get("rounds") or [{"runs": results["runs"]}]
     for number, entry in enumerate(rounds, start=1):

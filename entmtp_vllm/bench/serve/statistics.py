@@ -34,6 +34,8 @@ class RequestResult:
     prompt_tokens: int | None = None
     error: str | None = None
     text: str = ""
+    prompt: str | None = None
+    """The prompt sent (to match outputs across servers)."""
 
     @property
     def tpot_s(self) -> float | None:
@@ -108,6 +110,23 @@ def summarize_level(
     }
 
 
+def level_outputs(records: list[RequestResult], prompts: list[str]) -> list[str | None]:
+    """Each prompt's output text, in `prompts`' order (None where its request failed or was not
+    sent): what `compare_table` matches between servers when the requests are greedy or seeded."""
+    by_prompt = {r.prompt: r.text for r in records if r.ok and r.prompt is not None}
+    return [by_prompt.get(prompt) for prompt in prompts]
+
+
+def same_outputs(level: dict[str, Any], base: dict[str, Any] | None) -> tuple[int, int] | None:
+    """(prompts whose output equals the baseline's, prompts both levels answered), or None when
+    either level kept no outputs."""
+    ours, theirs = level.get("outputs"), (base or {}).get("outputs")
+    if ours is None or theirs is None:
+        return None
+    pairs = [(a, b) for a, b in zip(ours, theirs) if a is not None and b is not None]
+    return sum(a == b for a, b in pairs), len(pairs)
+
+
 def _stat(summary: dict[str, float] | None, key: str) -> float | None:
     return None if summary is None else summary.get(key)
 
@@ -139,6 +158,7 @@ def compare_table(runs: dict[str, dict[str, Any]], baseline: str = BASELINE) -> 
                     "tpot_ratio": tpot / base_tpot if tpot is not None and base_tpot else None,
                     "ttft_p50_ms": _stat(level["ttft_ms"], "p50"),
                     "mean_acceptance_length": acc.get("mean_acceptance_length"),
+                    "same_outputs": None if method == baseline else same_outputs(level, base),
                     "overhead_share": (acc.get("overhead") or {}).get("share"),
                     "client_cpu_share": _client_cpu_share(level),
                     "completed": level["completed"],

@@ -52,6 +52,10 @@ def vllm_command(config: CompareConfig, base_url: str, model: str, prompts_path:
     ]
     if config.ignore_eos:
         command.append("--ignore-eos")
+    if config.request_seed is not None:
+        command += ["--extra-body", json.dumps({"seed": config.request_seed})]
+    if config.keeps_outputs():
+        command.append("--save-detailed")  # every request's output text, in the prompts' order
     return command
 
 
@@ -107,7 +111,18 @@ def vllm_levels(config: CompareConfig, base_url: str, model: str, prompts: list[
         result = json.loads((out / name).read_text())
         levels.append(level_from_result(result, concurrency, acceptance_delta(before, after)))
         levels[-1]["client_cpu_s"] = cpu  # vLLM's whole command, its ~15 s of imports included
+        if config.keeps_outputs():
+            levels[-1]["outputs"] = outputs_from_result(result, len(prompts))
     return levels
+
+
+def outputs_from_result(result: dict[str, Any], count: int) -> list[str | None]:
+    """Each prompt's output text from vLLM's detailed result (`generated_texts`, in the prompts'
+    order; None where the request failed)."""
+    texts = result.get("generated_texts") or []
+    errors = result.get("errors") or [""] * len(texts)
+    found = [text if not error else None for text, error in zip(texts, errors)]
+    return (found + [None] * count)[:count]
 
 
 def _children_cpu() -> float:
