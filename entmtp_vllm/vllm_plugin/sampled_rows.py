@@ -9,9 +9,12 @@ stand on are gathered into a float32 buffer kept across steps, and put through v
 steps, as vLLM's `Sampler.sample` runs them without speculation: the temperature
 (`Sampler.apply_temperature`), min_p (`apply_min_p`, vLLM's `MinPLogitsProcessor.apply` row by
 row), then top-k / top-p and the draw (`Sampler.topk_topp_sampler`, with each seeded request's
-generator). A request therefore draws, per emitted token, exactly what vLLM's sampler draws for it
-without speculation (on vLLM's CPU platform one seed per token for the fused Gumbel-max kernel; on
-CUDA one exponential vector), and takes the same token from the same row. Logit bias is applied
+generator). A seeded request therefore draws, per emitted token, exactly what vLLM's sampler draws
+for it without speculation (on vLLM's CPU platform one seed per token for the fused Gumbel-max
+kernel; on CUDA one exponential vector), and takes the same token from the same row. On a CPU an
+unseeded request's token is drawn from the same distribution (vLLM's `apply_top_k_top_p`, softmax)
+with one uniform from torch's default generator instead of vLLM's noise over the whole vocabulary,
+several times cheaper there; on a GPU every request goes through vLLM's sampler step. Logit bias is applied
 to the logits before (`apply_logit_bias`), as vLLM's non-argmax-invariant processors are. Only the
 rows a walk reaches are processed.
 """
@@ -24,6 +27,7 @@ import numpy as np
 import torch
 
 from entmtp_vllm.acceptance import AcceptResult, TokenWalk
+from entmtp_vllm.sampling import sample
 
 
 @dataclass
@@ -60,6 +64,10 @@ def apply_logit_bias(logits: torch.Tensor, rows: slice, bias: dict[int, float]) 
     block[:, tokens] += values
 
 
+def _rows_of(values: torch.Tensor | None, pick: torch.Tensor) -> torch.Tensor | None:
+    return None if values is None else values[pick]
+
+
 class SampledRows:
     """The sampled requests' verification; the row buffer grows to the largest step seen.
     `sampler`: the runner's vLLM `Sampler`."""
@@ -77,8 +85,12 @@ class SampledRows:
         return buffer
 
     def draw(self, logits: torch.Tensor, rows: dict[int, int], settings: RowSettings) -> dict[int, int]:
-        """For each request index in `rows`, the token vLLM's sampler draws from row `rows[index]`
-        of `logits` under that request's settings, all rows in one pass."""
+        """For each request index in `rows`, a token drawn from row `rows[index]` of `logits` under
+        that request's settings, as vLLM's sampler draws it: for a seeded request (and on a GPU for
+        every request) the very draw vLLM's sampler makes with its generator; on a CPU, for an
+        unseeded one, a draw of the same distribution with one uniform."""
+        from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p
+
         if not rows:
             return {}
         requests = list(rows)
@@ -95,9 +107,32 @@ class SampledRows:
         min_p = column(settings.min_p)
         if min_p is not None:
             apply_min_p(block, min_p.unsqueeze(1))
-        generators = {k: settings.generators[i] for k, i in enumerate(requests) if i in settings.generators}
-        tokens, _ = self.sampler.topk_topp_sampler(block, generators, column(settings.top_k), column(settings.top_p))
-        return dict(zip(requests, tokens.tolist()))  # host sync (GPU): once per depth
+        top_k, top_p = column(settings.top_k), column(settings.top_p)
+        seeded = [k for k, i in enumerate(requests) if i in settings.generators]
+        if device.type != "cpu" or len(seeded) == len(requests):
+            generators = {k: settings.generators[requests[k]] for k in seeded}
+            tokens, _ = self.sampler.topk_topp_sampler(block, generators, top_k, top_p)
+            return dict(zip(requests, tokens.tolist()))  # host sync (GPU): once per depth
+        # On a CPU, vLLM's Gumbel-max kernel draws one noise value per vocabulary entry (0.3-0.4 ms
+        # a row of 49152 on one core): only the seeded rows, whose draws must be vLLM's, pay it.
+        # The others take vLLM's top-k / top-p and one uniform each from torch's default
+        # generator (`sampling.sample`): the same distribution, as an unseeded request's draws in
+        # vLLM come from that generator too.
+        drawn: dict[int, int] = {}
+        if seeded:
+            pick = torch.tensor(seeded)
+            generators = {j: settings.generators[requests[k]] for j, k in enumerate(seeded)}
+            tokens, _ = self.sampler.topk_topp_sampler(block[pick], generators, _rows_of(top_k, pick),
+                                                       _rows_of(top_p, pick))
+            drawn.update(zip((requests[k] for k in seeded), tokens.tolist()))
+        plain = [k for k in range(len(requests)) if requests[k] not in drawn]
+        if seeded:
+            pick = torch.tensor(plain)
+            block, top_k, top_p = block[pick], _rows_of(top_k, pick), _rows_of(top_p, pick)
+        block = apply_top_k_top_p(block, top_k, top_p)
+        probs = torch.ops.aten._softmax.out(block, -1, False, out=block)  # row by row: safe in place
+        drawn.update((requests[k], sample(probs[j])) for j, k in enumerate(plain))
+        return drawn
 
     def verify(
         self,

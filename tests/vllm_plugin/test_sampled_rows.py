@@ -95,6 +95,62 @@ def test_each_draw_is_vllms_draw_for_that_row_whatever_else_is_drawn(sampler, ki
             assert torch.equal(settings.generators[i].get_state(), own.get_state())
 
 
+def test_seeded_rows_keep_vllms_draws_beside_unseeded_ones(sampler) -> None:
+    """In a block where only some requests are seeded (the others drawn on the CPU with one uniform
+    each), every seeded request still gets vLLM's own draw and nothing else from its generator."""
+    logits = torch.randn(12, VOCAB, generator=torch.Generator().manual_seed(6)) * 3
+    seeds = {1: 41, 4: 44, 6: 46}
+    settings = _settings(8, seeds)
+    got = SampledRows(sampler).draw(logits, {i: 11 - i for i in range(8)}, settings)
+    assert set(got) == set(range(8)) and all(0 <= t < VOCAB for t in got.values())
+    for i, seed in seeds.items():
+        own = torch.Generator().manual_seed(seed)
+        assert got[i] == _vllm_draw(sampler, logits[11 - i], settings, i, own)
+        assert torch.equal(settings.generators[i].get_state(), own.get_state())
+
+
+def _vllm_distribution(sampler, row: torch.Tensor, settings: RowSettings, i: int) -> torch.Tensor:
+    """The distribution vLLM's sampler draws request i's token from (its steps up to the softmax)."""
+    from vllm.v1.sample.logits_processor.builtin import MinPLogitsProcessor
+    from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p
+
+    logits = sampler.apply_temperature(row.float().clone().unsqueeze(0), torch.tensor(settings.temperature[[i]]), True)
+    if settings.min_p is not None:
+        processor = MinPLogitsProcessor(_CONFIG, torch.device("cpu"), False)
+        processor.min_p, processor.min_p_count = torch.tensor(settings.min_p[[i]]).unsqueeze(1), 1
+        logits = processor.apply(logits)
+    k = None if settings.top_k is None else torch.tensor(settings.top_k[[i]])
+    p = None if settings.top_p is None else torch.tensor(settings.top_p[[i]])
+    return apply_top_k_top_p(logits, k, p).softmax(dim=-1)[0].double()
+
+
+@pytest.mark.parametrize("kind", [0, 1, 2, 3], ids=["T0.7", "top-k", "top-p", "min_p"])
+def test_unseeded_draws_follow_vllms_distribution(sampler, kind) -> None:
+    """Unseeded requests (drawn on the CPU with one uniform each) follow the distribution vLLM's
+    sampler draws from, whatever their temperature, top-k, top-p or min_p: a chi-square test over
+    20000 draws of one row; the negative control (the row at another temperature) fails it."""
+    from scipy.stats import chisquare
+
+    row = torch.randn(1, VOCAB, generator=torch.Generator().manual_seed(kind)) * 2
+    count = 4000
+    settings = _settings(4 * count, {})
+    mine = [i for i in range(4 * count) if i % 4 == kind]
+    drawn: list[int] = []
+    rows = SampledRows(sampler)
+    for _ in range(20):
+        drawn += rows.draw(row, {i: 0 for i in mine[: count // 4]}, settings).values()
+    counts = torch.bincount(torch.tensor(drawn), minlength=VOCAB).double()
+    for temperature, should_pass in ((None, True), (2.5, False)):
+        if temperature is not None:
+            settings.temperature[kind] = temperature
+        expected = _vllm_distribution(sampler, row[0], settings, kind)
+        assert counts[expected == 0].sum() == 0 or not should_pass
+        keep = expected * len(drawn) >= 5
+        observed, wanted = counts[keep], expected[keep] * len(drawn)
+        p_value = chisquare(observed.tolist(), (wanted * observed.sum() / wanted.sum()).tolist()).pvalue
+        assert (p_value > 1e-3) == should_pass, (temperature, p_value)
+
+
 def _step(seed: int):
     """A step of four sampled requests: a chain, a branching tree, a request without a tree, and a
     chain with top-k; rows laid out as vLLM lays them out (each request's rows in node order)."""

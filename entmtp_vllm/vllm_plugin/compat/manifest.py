@@ -123,6 +123,7 @@ MANIFEST: tuple[Entry, ...] = (
     Import(LOGITSPROCS, "BUILTIN_LOGITS_PROCESSORS", "tree_runner: vLLM's builtin processors built for EntMTP engines"),
     Import(LOGITSPROCS, "LogitsProcessors", "tree_runner: vLLM's builtin processors built for EntMTP engines"),
     Import(TORCH_UTILS, "PIN_MEMORY", "tree_runner: the builtin processors built as vLLM builds them"),
+    Import(TOPK_TOPP, "apply_top_k_top_p", "sampled_rows: vLLM's top-k / top-p for unseeded rows drawn on a CPU"),
     Import(REGISTRY, "AttentionBackendEnum", "backends, cuda configure: the backend names"),
     Import(REGISTRY, "register_backend", "backends: tree attention backends"),
     Import("vllm.platforms", "current_platform", "install, cpu ray_device: platform config checks, Ray device"),
@@ -209,6 +210,7 @@ MANIFEST: tuple[Entry, ...] = (
     Call(SAMPLER, "Sampler.apply_temperature", "sampled_rows: vLLM's temperature on the rows a walk reaches", 3),
     Call(TOPK_TOPP, "TopKTopPSampler.forward_native", "sampled_rows: vLLM's top-k / top-p and draw (CUDA)", 4),
     Call(TOPK_TOPP, "TopKTopPSampler.forward_cpu", "sampled_rows: vLLM's top-k / top-p and draw (CPU)", 4),
+    Call(TOPK_TOPP, "apply_top_k_top_p", "sampled_rows: vLLM's top-k / top-p for unseeded rows drawn on a CPU", 3),
     *(Call(BUILTIN_PROCS, name, "tree_runner: each builtin processor built as vLLM builds it", 3)
       for name in ("MinTokensLogitsProcessor", "LogitBiasLogitsProcessor", "MinPLogitsProcessor")),
     # ------------------------------------------------------------------ attributes
