@@ -46,6 +46,28 @@ class RowSettings:
     generators: dict[int, torch.Generator] = field(default_factory=dict)
     """Seeded requests' generators; the others draw from torch's default generator."""
 
+    @classmethod
+    def of_batch(cls, batch, num_reqs: int, min_p: list[float]) -> RowSettings:
+        """The settings vLLM's sampler reads, from its `InputBatch` (`min_p`: each request's)."""
+        return cls(
+            temperature=batch.temperature_cpu[:num_reqs],
+            top_k=None if batch.no_top_k else batch.top_k_cpu[:num_reqs],
+            top_p=None if batch.no_top_p else batch.top_p_cpu[:num_reqs],
+            min_p=np.asarray(min_p, dtype=np.float32) if any(min_p) else None,
+            generators=dict(batch.generators),
+        )
+
+
+def builtin_logitsprocs(vllm_config, device: torch.device):
+    """vLLM's builtin logits processors (min_tokens, logit bias, min_p), built as vLLM builds them
+    without speculation: with a speculative method vLLM builds min_tokens only (and refuses min_p
+    and logit bias up front); an EntMTP engine applies both, through these processors whenever
+    vLLM's own sampler samples (the plugin lets them through: `install.wrap_sampling_checks`)."""
+    from vllm.utils.torch_utils import PIN_MEMORY
+    from vllm.v1.sample.logits_processor import BUILTIN_LOGITS_PROCESSORS, LogitsProcessors
+
+    return LogitsProcessors(ctor(vllm_config, device, PIN_MEMORY) for ctor in BUILTIN_LOGITS_PROCESSORS)
+
 
 def apply_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
     """vLLM's min_p (`MinPLogitsProcessor.apply`): tokens whose probability is below `min_p`
@@ -66,6 +88,19 @@ def apply_logit_bias(logits: torch.Tensor, rows: slice, bias: dict[int, float]) 
 
 def _rows_of(values: torch.Tensor | None, pick: torch.Tensor) -> torch.Tensor | None:
     return None if values is None else values[pick]
+
+
+def apply_logit_biases(logits: torch.Tensor, rows: dict[int, slice], biases: list) -> torch.Tensor:
+    """`logits` with request i's logit bias (`biases[i]`) added to its rows (`rows[i]`), in float32
+    as vLLM's sampler adds it: in place when the logits are float32, else on a float32 copy;
+    `logits` itself when no request has one."""
+    if not rows:
+        return logits
+    if logits.dtype != torch.float32:
+        logits = logits.float()
+    for i, span in rows.items():
+        apply_logit_bias(logits, span, biases[i])
+    return logits
 
 
 class SampledRows:

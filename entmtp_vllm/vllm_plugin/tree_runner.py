@@ -28,34 +28,24 @@ plus the gap since the previous step when steps run back to back (the engine's s
 decode-only steps feed the proposer's step-cost model (`step_cost.py`, which the step budget
 reads), and the time of EntMTP's own phases (plan, verify, compact, draft) is counted beside it.
 
-The platform runners (`cpu/model_runner.py`, `cuda/model_runner.py`) add only what differs: where
-compaction writes (`_entmtp_compact`). Drafts are read from
-`scheduler_output.scheduled_spec_decode_tokens`, never from `input_ids` (which clamps the
-scheduler's -1 placeholders to token 0). Requests without a usable draft (prefill, placeholders, a
+The platform runners (`cpu/model_runner.py`, `cuda/model_runner.py`) add only where compaction
+writes (`_entmtp_compact`). Drafts are read from `scheduler_output.scheduled_spec_decode_tokens`,
+never from `input_ids` (which clamps the scheduler's -1 placeholders to token 0). Requests without a usable draft (prefill, placeholders, a
 draft that is not ours) are sampled from their first row and accept nothing.
 
-Sampled requests are verified by the draft-independent rule (`acceptance.TokenWalk`): at each node
-the request draws the target's token exactly as vLLM's sampler draws it without speculation (the
-same sampler steps on the same row, the request's own generator: one draw per emitted token), and
-the walk follows the child that drafted that token or stops with it. A seeded request's text is
-therefore vLLM's without speculation, whatever was drafted, batched or measured around it. The
-tree path applies temperature, top-k, top-p, min_p, logit bias and per-request seeds (vLLM's
-builtin logits processors are built for EntMTP engines: `_entmtp_logitsprocs`).
-
-A step where no request verifies a tree goes to vLLM's own sampler with each request's first
-logits row (vLLM builds spec-decode metadata on every step once a proposer is configured, even
-when nothing was drafted, so `_sample` must do this itself). That is also the fallback for
-sampler features the tree path does not apply (penalties, allowed tokens, bad words, min_tokens,
-logprobs; min_p under typical acceptance): while any request in the batch uses one, drafts already
-scheduled are ignored (only their first row counts, as if every draft were rejected) and no
-request drafts, so the whole batch decodes exactly as vLLM without speculation. Requests with
-structured output get no drafts (the grammar checks drafts as one sequence); vLLM's bitmask still
-applies to their single row.
+Sampled requests are verified by the draft-independent rule (`acceptance.TokenWalk`, drawn by
+`sampled_rows.SampledRows`): each token is drawn as vLLM's sampler draws it without speculation
+and the tree is walked along it, so a seeded request's text is vLLM's. The tree path applies
+temperature, top-k, top-p, min_p, logit bias and seeds. Any other sampler feature (penalties,
+allowed tokens, bad words, min_tokens, logprobs; min_p under typical acceptance) sends the whole
+batch to vLLM's own sampler while such a request is in it: scheduled drafts are ignored (only
+their first row counts) and nothing drafts, so the batch decodes exactly as vLLM without
+speculation. A step where no request verifies a tree goes to vLLM's sampler the same way (vLLM
+builds spec-decode metadata on every step once a proposer is configured, so `_sample` must).
+Requests with structured output get no drafts; vLLM's bitmask still applies to their row.
 
 Host synchronisations the tree path adds on a GPU are marked "host sync (GPU)" where they happen
-and listed, with their call sites, in `docs/gpu.md`: greedy verification compares on the device
-and reads the step's argmax tokens and node matches back once, the policy's p0 / entropy are read
-back once per step, sampled requests read their drawn tokens back once per depth of their walks.
+and listed, with their call sites, in `docs/gpu.md`.
 """
 
 from __future__ import annotations
@@ -74,7 +64,7 @@ from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.features import entropy as entropy_of
 from entmtp_vllm.vllm_plugin.draft_handoff import attach as attach_drafts
 from entmtp_vllm.vllm_plugin.proposer import DraftRequest, EntMTPProposer, Proposal, remaining_tokens
-from entmtp_vllm.vllm_plugin.sampled_rows import RowSettings, SampledRows, apply_logit_bias
+from entmtp_vllm.vllm_plugin.sampled_rows import RowSettings, SampledRows, apply_logit_biases, builtin_logitsprocs
 from entmtp_vllm.vllm_plugin.step_plan import StepPlan, Verification, core_params, unsupported
 from entmtp_vllm.vllm_plugin.tree_step import TREE_STEP_ATTR, TreeStep, build_tree_step
 
@@ -107,7 +97,7 @@ class TreeRunnerMixin:
             if self.uses_mrope:
                 raise EntMTPError("EntMTP does not support M-RoPE models yet (tree positions would need mrope_positions)")
             self._entmtp.runner_attached = True
-            self.input_batch.logitsprocs = self._entmtp_logitsprocs()
+            self.input_batch.logitsprocs = builtin_logitsprocs(vllm_config, device)  # min_p, logit bias too
         self._entmtp_plan: StepPlan | None = None
         self._entmtp_pending: dict[str, Proposal] = {}
         """Proposals drafted at the end of a step, waiting for the step that schedules them."""
@@ -120,17 +110,6 @@ class TreeRunnerMixin:
         """(requests, rows, tree rows) of the step being run when it is decode-only."""
         self._entmtp_sampled = SampledRows(self.sampler)
         """Sampled requests' draws at verification (a row buffer kept across steps)."""
-
-    def _entmtp_logitsprocs(self):
-        """vLLM's builtin logits processors (min_tokens, logit bias, min_p), as vLLM builds them
-        without speculation: with any speculative method vLLM builds min_tokens only, and refuses
-        min_p and logit bias up front; EntMTP's verification applies both (the fallback sampler
-        through these processors), and the plugin lets them through (`install.wrap_sampling_checks`)."""
-        from vllm.utils.torch_utils import PIN_MEMORY
-        from vllm.v1.sample.logits_processor import BUILTIN_LOGITS_PROCESSORS, LogitsProcessors
-
-        logger.info("EntMTP applies min_p and logit_bias: vLLM's builtin logits processors are built for this engine")
-        return LogitsProcessors(ctor(self.vllm_config, self.device, PIN_MEMORY) for ctor in BUILTIN_LOGITS_PROCESSORS)
 
     # ------------------------------------------------------------------ platform hooks
 
@@ -236,16 +215,15 @@ class TreeRunnerMixin:
         np.cumsum(num_scheduled_tokens[:num_reqs], out=starts[1:])
         trees: list[Verification | None] = [None] * num_reqs
         params: list[SamplingParams] = []
-        logit_bias: list[dict[int, float] | None] = []
+        logit_bias: list[dict[int, float] | None] = []  # per request: its logit bias, its min_p
         min_p: list[float] = []
         stock_sampler = False
-        acceptance = drafter.settings.acceptance
         for i, req_id in enumerate(batch.req_ids[:num_reqs]):
             sampling_params = self.requests[req_id].sampling_params
             params.append(core_params(sampling_params))
             logit_bias.append(getattr(sampling_params, "logit_bias", None) or None)
             min_p.append(float(getattr(sampling_params, "min_p", 0.0) or 0.0))
-            for feature in unsupported(sampling_params, acceptance):
+            for feature in unsupported(sampling_params, drafter.settings.acceptance):
                 stock_sampler = True
                 if feature not in self._entmtp_warned:
                     self._entmtp_warned.add(feature)
@@ -332,7 +310,8 @@ class TreeRunnerMixin:
         observed: list[tuple[int, list[int]]] | None = [] if drafter.observes_positions else None
         req_ids = batch.req_ids
         verified = [0] * 6  # trees, drafted nodes, accepted tokens, moves, lookup drafted / accepted
-        logits = self._biased(plan, logits, ends, num_drafts)
+        logits = apply_logit_biases(logits, {i: slice(ends[i] - num_drafts[i] - 1, ends[i])
+                                             for i in range(plan.num_reqs) if plan.logit_bias[i]}, plan.logit_bias)
         # Host sync (GPU): for the greedy requests, one argmax over every row of the step and each
         # draft node's match with its parent row's argmax, on the device, read back in one piece;
         # each greedy request's walk is then Python over its tree's host lists.
@@ -352,7 +331,7 @@ class TreeRunnerMixin:
                 roots[i] = ends[i] - num_drafts[i] - 1
                 walks[i] = None if tree is None else TokenWalk(tree.buffers, tree.token_ids)
         # Host syncs (GPU): one read of the drawn tokens per depth.
-        sampled = self._entmtp_sampled.verify(logits, roots, walks, self._row_settings(plan)) if roots else {}
+        sampled = self._entmtp_sampled.verify(logits, roots, walks, RowSettings.of_batch(batch, plan.num_reqs, plan.min_p))
         for i in range(plan.num_reqs):
             hi = ends[i]
             lo = hi - num_drafts[i] - 1
@@ -419,35 +398,8 @@ class TreeRunnerMixin:
         self._timed("verify", started)
         return SamplerOutput(sampled_token_ids=sampled, logprobs_tensors=None)
 
-    def _biased(self, plan: StepPlan, logits: torch.Tensor, ends: list[int], num_drafts) -> torch.Tensor:
-        """`logits` with each request's logit bias added to its rows, in float32 as vLLM's sampler
-        adds it (in place when the logits are float32, else on a float32 copy); unchanged when no
-        request has one."""
-        biased = [i for i in range(plan.num_reqs) if plan.logit_bias[i]]
-        if not biased:
-            return logits
-        if logits.dtype != torch.float32:
-            logits = logits.float()
-        for i in biased:
-            apply_logit_bias(logits, slice(ends[i] - num_drafts[i] - 1, ends[i]), plan.logit_bias[i])
-        return logits
-
-    def _row_settings(self, plan: StepPlan) -> RowSettings:
-        """The sampling settings vLLM's sampler reads for this batch, from its input batch."""
-        batch = self.input_batch
-        n = plan.num_reqs
-        min_p = np.asarray(plan.min_p, dtype=np.float32) if any(plan.min_p) else None
-        return RowSettings(
-            temperature=batch.temperature_cpu[:n],
-            top_k=None if batch.no_top_k else batch.top_k_cpu[:n],
-            top_p=None if batch.no_top_p else batch.top_p_cpu[:n],
-            min_p=min_p,
-            generators=dict(batch.generators),
-        )
-
-    def _root_features(
-        self, plan: StepPlan, logits: torch.Tensor, rows: list[int] | None = None
-    ) -> tuple[list[float], list[float]]:
+    def _root_features(self, plan: StepPlan, logits: torch.Tensor, rows: list[int] | None = None
+                       ) -> tuple[list[float], list[float]]:
         """The verifier's top-1 probability p0 and entropy at each request's next root (`logits`'
         rows `rows`, or every row). Zeros, and no softmax over the vocabulary (nor a copy of the
         rows), when nothing will read them: nothing is drafted after this step (sampler fallback,
