@@ -43,19 +43,11 @@ def _modules(root: Path, packages: dict[str, str]) -> dict[str, Path]:
     return found
 
 
-def _type_checking_lines(tree: ast.Module) -> set[int]:
-    lines = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.body:
-                lines.update(range(child.lineno, child.end_lineno + 1))
-    return lines
-
-
 def import_graph(root: Path, packages: dict[str, str]) -> dict[str, set[str]]:
     """Module -> the first-party modules it imports, at any depth of the code (function-level
-    imports included, `if TYPE_CHECKING:` blocks excluded), plus every dotted first-party name
-    given as a string in a module that calls `importlib.import_module` (the lazy re-exports)."""
+    imports and `if TYPE_CHECKING:` blocks included: a type a module only annotates with still ties
+    it to the module that defines it), plus every dotted first-party name given as a string in a
+    module that calls `importlib.import_module` (the lazy re-exports)."""
     modules = _modules(root, packages)
 
     def owner(dotted: str) -> str | None:
@@ -66,13 +58,10 @@ def import_graph(root: Path, packages: dict[str, str]) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for module, path in modules.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        skip = _type_checking_lines(tree)
         package = module if path.name == "__init__.py" else module.rpartition(".")[0]
         lazy = "import_module" in path.read_text(encoding="utf-8")
         targets: list[str] = []
         for node in ast.walk(tree):
-            if getattr(node, "lineno", None) in skip:
-                continue
             if isinstance(node, ast.Import):
                 targets += [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -137,8 +126,8 @@ def test_no_import_circle() -> None:
 
 
 def test_import_circle_check_finds_hidden_circles(tmp_path: Path) -> None:
-    """Negative control: a circle closed by a function-level import and one closed through
-    `importlib.import_module` are both found; a TYPE_CHECKING-only import is not a circle."""
+    """Negative control: circles closed by a function-level import, through
+    `importlib.import_module` and by an import under `if TYPE_CHECKING:` are all found."""
     pkg = tmp_path / "pkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
@@ -148,7 +137,8 @@ def test_import_circle_check_finds_hidden_circles(tmp_path: Path) -> None:
     (pkg / "d.py").write_text("from pkg.c import g\n")
     (pkg / "e.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.f import y\n")
     (pkg / "f.py").write_text("from pkg.e import z\n")
-    assert sorted(import_circles(import_graph(tmp_path, {"pkg": "pkg"}))) == [["pkg.a", "pkg.b"], ["pkg.c", "pkg.d"]]
+    assert sorted(import_circles(import_graph(tmp_path, {"pkg": "pkg"}))) == [
+        ["pkg.a", "pkg.b"], ["pkg.c", "pkg.d"], ["pkg.e", "pkg.f"]]
 
 
 MAX_LINES = 500

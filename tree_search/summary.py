@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from entmtp_vllm.bench.offline import parse_methods
+from entmtp_vllm.bench.offline_config import parse_methods
 from entmtp_vllm.bench.paired import paired_speed, paired_text
 from entmtp_vllm.bench.timing import turns_text
 from entmtp_vllm.tree import Tree

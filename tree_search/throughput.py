@@ -83,7 +83,7 @@ class ThroughputConfig:
 def bench_config(settings: dict[str, Any], methods: Sequence[str], *, dtype: str, num_prompts: int | None,
                  split: str, seed: int | None, max_tokens: int | None, threads: int):
     """An `OfflineBenchConfig` for the frontier's model, heads and data set (greedy)."""
-    from entmtp_vllm.bench.offline import OfflineBenchConfig, parse_methods
+    from entmtp_vllm.bench.offline_config import OfflineBenchConfig, parse_methods
 
     model, heads = frontier_model_heads(settings)
     return OfflineBenchConfig(

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from entmtp_vllm.bench.offline import OfflineBenchConfig
+    from entmtp_vllm.bench.offline_config import OfflineBenchConfig
 
 
 def bench_prompts(config: OfflineBenchConfig) -> list:

@@ -13,7 +13,7 @@ from entmtp_vllm.errors import EntMTPError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from entmtp_vllm.bench.offline import INTERLEAVE_MODES, METHOD_FORMS
+    from entmtp_vllm.bench.offline_config import INTERLEAVE_MODES, METHOD_FORMS
 
     parser = subparsers.add_parser("bench", help="benchmark decoding methods")
     parser.set_defaults(func=lambda args: parser.print_help() or 2)
@@ -262,7 +262,8 @@ def run_serve_cmd(args: argparse.Namespace) -> int:
 
 
 def run_offline_cmd(args: argparse.Namespace) -> int:
-    from entmtp_vllm.bench.offline import OfflineBenchConfig, markdown_report, parse_methods, run_offline, write_report
+    from entmtp_vllm.bench.offline import markdown_report, run_offline, write_report
+    from entmtp_vllm.bench.offline_config import OfflineBenchConfig, parse_methods
 
     set_threads(args.threads)
     sampling = sampling_from_args(args)

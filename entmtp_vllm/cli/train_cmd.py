@@ -86,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
     from entmtp_vllm.heads.checkpoint import load_base_embeddings
     from entmtp_vllm.model_store import resolve_model
     from entmtp_vllm.training.teacher_cache import build_teacher_cache
-    from entmtp_vllm.training.train_heads import BaseTensors, TrainConfig, train_heads
+    from entmtp_vllm.training.train_config import BaseTensors, TrainConfig
+    from entmtp_vllm.training.train_heads import train_heads
 
     for name in ("num_heads", "num_layers", "batch_size", "max_answer_tokens", "gen_batch", "gen_chunk"):
         if getattr(args, name) < 1:

@@ -15,7 +15,7 @@ from entmtp_vllm.training.selfdistill_data import read_meta
 from entmtp_vllm.training.teacher_cache import read_manifest
 
 if TYPE_CHECKING:
-    from entmtp_vllm.training.train_heads import BaseTensors, TrainConfig
+    from entmtp_vllm.training.train_config import BaseTensors, TrainConfig
 
 
 def _export_draft_vocab(cfg: TrainConfig, out: Path, answer_tokens: torch.Tensor, vocab_size: int) -> str:

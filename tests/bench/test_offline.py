@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from entmtp_vllm.bench.offline import MethodSpec, markdown_report, parse_methods, resolve_baseline, write_report
+from entmtp_vllm.bench.offline import markdown_report, resolve_baseline, write_report
+from entmtp_vllm.bench.offline_config import MethodSpec, parse_methods
 from entmtp_vllm.errors import EntMTPError
 
 

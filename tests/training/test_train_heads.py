@@ -11,7 +11,8 @@ import torch
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.heads.checkpoint import load_base_embeddings, load_heads, read_heads_config
 from entmtp_vllm.training.teacher_cache import build_teacher_cache, cache_summary, load_cache_split, read_manifest, split_of
-from entmtp_vllm.training.train_heads import BaseTensors, TrainConfig, train_heads
+from entmtp_vllm.training.train_config import BaseTensors, TrainConfig
+from entmtp_vllm.training.train_heads import train_heads
 
 VOCAB, HIDDEN = 64, 32
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from entmtp_vllm.bench.offline import OfflineBenchConfig, parse_methods
+from entmtp_vllm.bench.offline_config import OfflineBenchConfig, parse_methods
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.tree import Tree
 from tree_search.step_costs import probe_step_costs
