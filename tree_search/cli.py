@@ -275,12 +275,13 @@ def add_actions(sub: argparse._SubParsersAction) -> None:
     curve.add_argument("--tokens", default="1,2,4,8,16,32,64", help="tokens verified per request (default: %(default)s)")
     curve.add_argument("--batches", default="1", help="batch sizes (default: %(default)s)")
     curve.add_argument("--context", type=int, default=512, help="context tokens already in the KV cache (default: %(default)s)")
-    curve.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
+    curve.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"),
+                       help="the random-weight model's dtype (default: %(default)s)")
     curve.add_argument("--device", default=None, help="cuda or cpu (default: cuda when there is one)")
     curve.add_argument("--repeats", type=int, default=5, help="timings per point, median kept (default: %(default)s)")
     curve.add_argument("--threads", type=int, default=1, help="torch threads on CPU (default: %(default)s)")
     curve.add_argument("--out", required=True, help="the curve's JSON file")
-    curve.add_argument("--no-progress", action="store_true")
+    curve.add_argument("--no-progress", action="store_true", help="no progress bars")
     curve.set_defaults(func=run_cost_curve_cmd)
 
     rerank = _add_action(

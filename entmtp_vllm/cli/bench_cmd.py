@@ -111,7 +111,7 @@ def register_serve(sub: argparse._SubParsersAction) -> None:
     group.add_argument("--methods", default=",".join(COMPARE_METHODS),
                        help="servers to compare, comma-separated (default: %(default)s; ratios are against vllm)")
     group.add_argument("--server-args", default="", help='extra `vllm serve` arguments for every server, e.g. '
-                       '"--dtype float32 --max-model-len 2048"')
+                       '"--dtype float32 --max-model-len 2048" (default: none)')
     group.add_argument("--health-timeout", type=float, default=600.0,
                        help="seconds a server may take to become healthy (default: %(default)s)")
     group.add_argument("--eager", action=argparse.BooleanOptionalAction, default=True,
@@ -146,14 +146,15 @@ def register_serve(sub: argparse._SubParsersAction) -> None:
     group.add_argument("--bank", help="EntMTP bank file, choices JSON or tree shape (default: entmtp serve's)")
     group.add_argument("--tree", help="EntMTP: keep only this tree of the bank")
     group.add_argument("--policy", help="EntMTP policy string (default: the bank's)")
-    group.add_argument("--acceptance", choices=("greedy", "typical", "lossless"), help="EntMTP acceptance rule for sampled requests")
+    group.add_argument("--acceptance", choices=("greedy", "typical", "lossless"), help="EntMTP acceptance rule for sampled requests (default: entmtp serve's, lossless)")
     group.add_argument("--num-speculative-tokens", type=int, help="EntMTP draft budget (default: largest tree's nodes - 1)")
     group.add_argument("--entmtp-config", metavar="JSON", help="EntMTP: further settings as a JSON object "
                        "(entmtp serve --config), e.g. '{\"budget\": null}'")
     group.add_argument("--variant", action="append", default=[], metavar="LABEL=JSON",
                        help="a further EntMTP server, method entmtp-LABEL: the entmtp server with these settings laid "
                        "over --entmtp-config, e.g. --variant 'chain4={\"bank\": \"chain4.json\"}' (repeatable; "
-                       "added to --methods unless listed there), so EntMTP configurations meet one baseline in one run")
+                       "added to --methods unless listed there), so EntMTP configurations meet one baseline in one run "
+                       "(default: none)")
     group.add_argument("--ngram-config", default="4,4,2", help="ngram: num_speculative_tokens,prompt_lookup_max,"
                        "prompt_lookup_min (default: %(default)s)")
     serve.set_defaults(func=run_serve_cmd)

@@ -29,11 +29,14 @@ def add_decoding_args(parser: argparse.ArgumentParser, seed_flag: str = "--seed"
         "--acceptance",
         choices=ACCEPT_MODES,
         default="typical",
-        help="acceptance rule at temperature > 0 (all are greedy at 0; typical is Hydra's, lossy; "
-        "lossless is rejection sampling) (default: %(default)s)",
+        help="acceptance rule at temperature > 0 (all are greedy at 0): typical is Hydra's, lossy, the rule the "
+        "offline benchmarks and the tree search measure; lossless is rejection sampling, exact (default: "
+        "%(default)s; entmtp serve defaults to lossless)",
     )
     parser.add_argument(seed_flag, dest="sampling_seed", type=int, default=0, help="sampling seed (default: %(default)s)")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (default: %(default)s, as the tree search times its trees; entmtp "
+                        "serve uses every core)")
 
 
 def sampling_from_args(args: argparse.Namespace):

@@ -12,6 +12,7 @@ import argparse
 import importlib
 import sys
 
+from entmtp_vllm.cli.examples import add_examples
 from entmtp_vllm.command_runner import run
 
 # Subcommand modules, in the order `entmtp --help` lists them.
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
+    add_examples(parser)
     return parser
 
 

@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Arguments after `--` are passed to `vllm serve` as they are. "
         "On CPU, unless those arguments (or VLLM_CPU_KVCACHE_SPACE) give a size, the KV cache is sized for "
         "this machine (--kv-cache-memory-bytes: half the memory available on the worker's NUMA node, at most "
-        "16 sequences of --max-model-len), since vLLM's CPU worker otherwise requires 92%% of that node free; "
+        "16 sequences of --max-model-len), since vLLM's CPU worker otherwise requires 92% of that node free; "
         "a size the machine cannot hold is refused in one line. "
         "Sets PROMETHEUS_MULTIPROC_DIR (a fresh folder) when unset, so that /metrics shows the "
         "entmtp_ series counted in the engine process.",

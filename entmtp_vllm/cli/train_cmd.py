@@ -41,17 +41,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--archive-answers", type=Path, metavar="ARCHIVE",
                    help="after generating, write --data's answers without their prompts (ids, answer tokens, "
                    "settings; gzip JSONL) to ARCHIVE, small enough for git")
-    p.add_argument("--kind", choices=["hydra", "medusa"], default="hydra")
-    p.add_argument("--num-heads", type=int, default=4)
-    p.add_argument("--num-layers", type=int, default=1)
+    p.add_argument("--kind", choices=["hydra", "medusa"], default="hydra",
+                   help="hydra: each head also reads the tokens drafted before it (sequential); medusa: every head "
+                   "reads only the base model's hidden state (default: %(default)s)")
+    p.add_argument("--num-heads", type=int, default=4,
+                   help="draft heads, one per tree depth (default: %(default)s)")
+    p.add_argument("--num-layers", type=int, default=1,
+                   help="residual layers per head (default: %(default)s; the shipped SmolLM2 heads have 4)")
     p.add_argument("--prefix-layer", action="store_true", help="Hydra++: add the prefix decoder layer")
     length = p.add_mutually_exclusive_group()
     length.add_argument("--steps", type=int, help="optimizer steps")
     length.add_argument("--epochs", type=float, default=1.0, help="passes over the cached positions (default: 1)")
     p.add_argument("--batch-size", type=int, default=256, help="positions per step (default: 256)")
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--teacher", choices=["topk", "full", "hard"], default="topk")
-    p.add_argument("--softmax-vocab", type=int, default=8192, help="train-time softmax vocabulary subset; 0 = full vocabulary")
+    p.add_argument("--lr", type=float, default=1e-3,
+                   help="peak learning rate, after the warm-up, decaying along a cosine (default: %(default)s)")
+    p.add_argument("--teacher", choices=["topk", "full", "hard"], default="topk",
+                   help="what each head learns: topk (soft cross-entropy against the base model's cached top-k), "
+                   "full (KL against its whole distribution, recomputed from the cached hidden state) or hard (its "
+                   "greedy token only) (default: %(default)s)")
+    p.add_argument("--softmax-vocab", type=int, default=8192,
+                   help="train-time softmax vocabulary subset; 0 = full vocabulary (default: %(default)s)")
     p.add_argument("--draft-vocab", type=int, default=8192,
                    help="write draft_vocab.json with this many of the training answers' most frequent tokens beside "
                    "the heads (drafting ranks only those); 0 = none, drafting ranks the full vocabulary (default: %(default)s)")
@@ -61,13 +70,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--work-dir", type=Path, help="checkpoints and logs (default: runs/heads/<kind>)")
     p.add_argument("--cache", type=Path, default=Path("runs/heads/teacher_cache"), help="teacher cache folder (default: %(default)s)")
     p.add_argument("--no-cache-update", action="store_true", help="train on the cache as it is, without encoding new records")
-    p.add_argument("--cache-dtype", choices=["bfloat16", "float32"], default="bfloat16")
+    p.add_argument("--cache-dtype", choices=["bfloat16", "float32"], default="bfloat16",
+                   help="dtype the teacher cache stores hidden states in (default: %(default)s)")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in the work folder")
     p.add_argument("--init-heads", type=Path, metavar="FOLDER",
                    help="start from these saved heads (e.g. the shipped ones) instead of fresh weights: same kind, heads, "
                    "layers and prefix layer as this run; step 0 is evaluated, and a checkpoint to --resume from wins")
-    p.add_argument("--eval-interval", type=int, default=200)
-    p.add_argument("--ckpt-interval", type=int, default=200)
+    p.add_argument("--eval-interval", type=int, default=200,
+                   help="steps between held-out evaluations (loss, per-head top-1 / top-5) (default: %(default)s)")
+    p.add_argument("--ckpt-interval", type=int, default=200,
+                   help="steps between resumable checkpoints in the work folder (default: %(default)s)")
     p.add_argument("--reload-interval", type=int, default=None, help="pick up new cache shards every N steps")
     p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS", help="stop and save after this wall time")
     p.add_argument("--export", choices=["last", "best"], default="last",
@@ -78,7 +90,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="how the exported weights are stored: int8 keeps a float32 scale per output row and is about half "
                    "the size (for a package's size limit); loading turns them back into floats (default: %(default)s)")
     p.add_argument("--threads", type=int, default=2, help="torch threads; 0 = adapt to the machine load (default: 2)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the heads' initial weights, the batches and the held-out split (default: %(default)s)")
     p.set_defaults(func=run)
 
 
