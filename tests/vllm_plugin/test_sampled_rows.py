@@ -38,19 +38,24 @@ def _settings(count: int, seeds: dict[int, int], top_k: bool = True, top_p: bool
                        {i: torch.Generator().manual_seed(seed) for i, seed in seeds.items()})
 
 
-def _vllm_draw(sampler, row: torch.Tensor, settings: RowSettings, i: int, generator) -> int:
-    """What vLLM's sampler draws for request i from `row` alone: its `sample` steps on a batch of one
-    (temperature, vLLM's own min_p processor, top-k / top-p and the draw)."""
+def _vllm_steps(sampler, row: torch.Tensor, settings: RowSettings, i: int):
+    """vLLM's sampler steps before the draw, for request i's `row` alone (a batch of one): the
+    temperature and vLLM's own min_p processor; returns (logits, top-k, top-p) for the draw."""
     from vllm.v1.sample.logits_processor.builtin import MinPLogitsProcessor
 
-    logits = row.float().clone().unsqueeze(0)
-    logits = sampler.apply_temperature(logits, torch.tensor(settings.temperature[[i]]), True)
+    logits = sampler.apply_temperature(row.float().clone().unsqueeze(0), torch.tensor(settings.temperature[[i]]), True)
     if settings.min_p is not None:
         processor = MinPLogitsProcessor(_CONFIG, torch.device("cpu"), False)
         processor.min_p, processor.min_p_count = torch.tensor(settings.min_p[[i]]).unsqueeze(1), 1
         logits = processor.apply(logits)
     k = None if settings.top_k is None else torch.tensor(settings.top_k[[i]])
     p = None if settings.top_p is None else torch.tensor(settings.top_p[[i]])
+    return logits, k, p
+
+
+def _vllm_draw(sampler, row: torch.Tensor, settings: RowSettings, i: int, generator) -> int:
+    """What vLLM's sampler draws for request i from `row` alone, with `generator`."""
+    logits, k, p = _vllm_steps(sampler, row, settings, i)
     return int(sampler.topk_topp_sampler(logits, {0: generator} if generator is not None else {}, k, p)[0][0])
 
 
@@ -111,16 +116,9 @@ def test_seeded_rows_keep_vllms_draws_beside_unseeded_ones(sampler) -> None:
 
 def _vllm_distribution(sampler, row: torch.Tensor, settings: RowSettings, i: int) -> torch.Tensor:
     """The distribution vLLM's sampler draws request i's token from (its steps up to the softmax)."""
-    from vllm.v1.sample.logits_processor.builtin import MinPLogitsProcessor
     from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p
 
-    logits = sampler.apply_temperature(row.float().clone().unsqueeze(0), torch.tensor(settings.temperature[[i]]), True)
-    if settings.min_p is not None:
-        processor = MinPLogitsProcessor(_CONFIG, torch.device("cpu"), False)
-        processor.min_p, processor.min_p_count = torch.tensor(settings.min_p[[i]]).unsqueeze(1), 1
-        logits = processor.apply(logits)
-    k = None if settings.top_k is None else torch.tensor(settings.top_k[[i]])
-    p = None if settings.top_p is None else torch.tensor(settings.top_p[[i]])
+    logits, k, p = _vllm_steps(sampler, row, settings, i)
     return apply_top_k_top_p(logits, k, p).softmax(dim=-1)[0].double()
 
 
