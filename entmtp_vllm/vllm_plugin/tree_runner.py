@@ -30,8 +30,9 @@ reads), and the time of EntMTP's own phases (plan, verify, compact, draft) is co
 
 The platform runners (`cpu/model_runner.py`, `cuda/model_runner.py`) add only where compaction
 writes (`_entmtp_compact`). Drafts are read from `scheduler_output.scheduled_spec_decode_tokens`,
-never from `input_ids` (which clamps the scheduler's -1 placeholders to token 0). Requests without a usable draft (prefill, placeholders, a
-draft that is not ours) are sampled from their first row and accept nothing.
+never from `input_ids` (which clamps the scheduler's -1 placeholders to token 0). Requests without
+a usable draft (prefill, placeholders, a draft that is not ours) are sampled from their first row
+and accept nothing.
 
 Sampled requests are verified by the draft-independent rule (`acceptance.TokenWalk`, drawn by
 `sampled_rows.SampledRows`): each token is drawn as vLLM's sampler draws it without speculation
@@ -97,7 +98,7 @@ class TreeRunnerMixin:
             if self.uses_mrope:
                 raise EntMTPError("EntMTP does not support M-RoPE models yet (tree positions would need mrope_positions)")
             self._entmtp.runner_attached = True
-            self.input_batch.logitsprocs = builtin_logitsprocs(vllm_config, device)  # min_p, logit bias too
+            self.input_batch.logitsprocs = builtin_logitsprocs(vllm_config, device)  # min_p, logit bias
         self._entmtp_plan: StepPlan | None = None
         self._entmtp_pending: dict[str, Proposal] = {}
         """Proposals drafted at the end of a step, waiting for the step that schedules them."""
@@ -322,16 +323,15 @@ class TreeRunnerMixin:
                                           for i in greedy_trees])
             targets, node_ok = greedy.targets, dict(zip(greedy_trees, greedy.node_ok))
         # The sampled requests that draw a plain token or walk the draft-independent rule, verified
-        # together: depth by depth, the rows their walks reach drawn from in one pass of vLLM's
-        # sampler steps.
+        # together: depth by depth, the rows their walks reach drawn from in one pass.
         roots, walks = {}, {}
         for i in range(plan.num_reqs):
             tree = plan.trees[i]
             if not plan.params[i].greedy and (tree is None or mode == "lossless"):
                 roots[i] = ends[i] - num_drafts[i] - 1
                 walks[i] = None if tree is None else TokenWalk(tree.buffers, tree.token_ids)
-        # Host syncs (GPU): one read of the drawn tokens per depth.
-        sampled = self._entmtp_sampled.verify(logits, roots, walks, RowSettings.of_batch(batch, plan.num_reqs, plan.min_p))
+        settings = RowSettings.of_batch(batch, plan.num_reqs, plan.min_p)
+        sampled = self._entmtp_sampled.verify(logits, roots, walks, settings)  # host sync (GPU): once a depth
         for i in range(plan.num_reqs):
             hi = ends[i]
             lo = hi - num_drafts[i] - 1
