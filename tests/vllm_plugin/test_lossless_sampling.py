@@ -25,9 +25,23 @@ TOKENS = 4
 ALPHA = 0.001  # per position; a wrong rule shifts these distributions far more than that
 
 
+QUESTION = "Name three colours of the rainbow."
+
+
 @pytest.fixture(scope="module")
-def prompt(chat_prompts):
-    return min(chat_prompts, key=len)
+def prompt(model_path):
+    """One short chat prompt (built here: the test needs no prompt set)."""
+    from transformers import AutoTokenizer
+
+    from entmtp_vllm.prompts import chat_text
+
+    return chat_text(AutoTokenizer.from_pretrained(model_path), QUESTION)
+
+
+@pytest.fixture(scope="module")
+def greedy_ids(request, model_path, prompt):
+    """vLLM's greedy continuation of the prompt (the oracle drafts from it too)."""
+    return run_reference(request, {"model": model_path, "prompts": [prompt], "max_tokens": 32})
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +53,8 @@ def reference_samples(request, model_path, prompt):
 
 
 @pytest.fixture(scope="module")
-def llm(model_path, reference_ids, reference_samples):
-    _oracle.TABLE = _oracle.bigram_table(reference_ids + reference_samples)
+def llm(model_path, greedy_ids, reference_samples):
+    _oracle.TABLE = _oracle.bigram_table(greedy_ids + reference_samples)
     engine = make_llm(
         model_path, {"bank": "full:2,2,1", "acceptance": "lossless", "budget": None}, num_speculative_tokens=10,
         proposer="_oracle.OracleEntMTP", worker_cls="entmtp_vllm.vllm_plugin.cpu.worker.EntMTPCPUWorker",
