@@ -11,7 +11,6 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Sequence
 
 import torch
 
@@ -93,10 +92,9 @@ def processed_probs(logits: torch.Tensor, params: SamplingParams, out: torch.Ten
 _SAMPLE_BLOCK = 512  # tokens per block of `sample`'s two-level search
 
 
-def sample(probs: torch.Tensor, generator: torch.Generator | None = None, exclude: Sequence[int] = ()) -> int:
+def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> int:
     """One token id drawn from the 1-D distribution `probs` (`generator` makes it reproducible;
-    `probs` need not sum to 1, its entries must be >= 0), as if the tokens in `exclude` had
-    probability 0.
+    `probs` need not sum to 1, its entries must be >= 0).
 
     By inverting the cumulative distribution, in float64: one uniform u, the first token whose
     cumulative mass exceeds u times the total. The search runs in two levels, over the sums of
@@ -110,19 +108,7 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None, exclud
         raise ValueError(f"sample expects a 1-D distribution, got shape {tuple(probs.shape)}")
     vocab = probs.shape[0]
     block = _SAMPLE_BLOCK if vocab % _SAMPLE_BLOCK == 0 and vocab >= 2 * _SAMPLE_BLOCK else vocab
-    excluded: dict[int, list[int]] = {}  # block: offsets inside it
-    for token in exclude:
-        excluded.setdefault(int(token) // block, []).append(int(token) % block)
-
-    def weights(b: int) -> torch.Tensor:
-        chunk = probs[b * block : (b + 1) * block].to(torch.float64)
-        if b in excluded:
-            chunk[excluded[b]] = 0.0
-        return chunk
-
     sums = probs.reshape(-1, block).sum(dim=-1, dtype=torch.float64)
-    for b in excluded:
-        sums[b] = weights(b).sum()
     masses = sums.tolist()  # one host copy (GPU: a sync); the searches below are bisections in Python
     cumulative = list(itertools.accumulate(masses))
     total = cumulative[-1]
@@ -133,7 +119,7 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None, exclud
     b = bisect.bisect_right(cumulative, target)
     if b >= len(cumulative):  # u * total rounded up to the total: the last block with mass
         b = max(k for k, mass in enumerate(masses) if mass > 0)
-    chunk = weights(b).tolist()
+    chunk = probs[b * block : (b + 1) * block].to(torch.float64).tolist()
     index = bisect.bisect_right(list(itertools.accumulate(chunk)), target - (cumulative[b - 1] if b > 0 else 0.0))
     if index >= len(chunk):  # rounding past the block's end: its last token with mass
         index = max(k for k, mass in enumerate(chunk) if mass > 0)

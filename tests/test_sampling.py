@@ -209,20 +209,6 @@ def test_sample_in_blocks_draws_what_one_cumulative_sum_draws(vocab: int) -> Non
         assert sample(probs, torch.Generator().manual_seed(seed)) == _cumsum_sample(probs, torch.Generator().manual_seed(seed))
 
 
-def test_sample_excluding_tokens_draws_from_the_rest() -> None:
-    """`exclude` draws as if those tokens had probability 0: never drawn, the others in
-    proportion (tokens in several blocks, one block emptied entirely)."""
-    probs = torch.zeros(2048)
-    probs[[3, 700, 701, 1500, 2047]] = torch.tensor([0.4, 0.1, 0.2, 0.2, 0.1])
-    g = torch.Generator().manual_seed(7)
-    draws = torch.tensor([sample(probs, g, exclude=[700, 1500]) for _ in range(3000)])
-    assert set(draws.tolist()) == {3, 701, 2047}
-    counts = [(draws == t).sum().item() for t in (3, 701, 2047)]
-    assert chisquare(counts, [3000 * 4 / 7, 3000 * 2 / 7, 3000 / 7]).pvalue > 1e-3
-    with pytest.raises(ValueError, match="positive sum"):
-        sample(torch.tensor([0.0, 1.0, 0.0]), exclude=[1])
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_processed_probs_into_a_buffer_equals_a_fresh_result(dtype: torch.dtype) -> None:
     logits = (torch.randn(5, 1000, generator=torch.Generator().manual_seed(0)) * 4).to(dtype)
