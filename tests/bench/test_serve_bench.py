@@ -717,7 +717,7 @@ def test_request_seed_travels_with_every_request_and_outputs_are_compared(tmp_pa
     from entmtp_vllm.bench.serve.config import CompareConfig
     from entmtp_vllm.bench.serve.report import compare_markdown
     from entmtp_vllm.bench.serve.statistics import compare_table, level_outputs
-    from entmtp_vllm.bench.serve.vllm_client import outputs_from_result, vllm_command
+    from entmtp_vllm.bench.serve.vllm_client import records_from_vllm, vllm_command
 
     seeded = CompareConfig(temperature=0.7, request_seed=1234, client="vllm", concurrency=[8])
     command = vllm_command(seeded, "http://127.0.0.1:9/v1", "m", tmp_path / "p.jsonl", 2, 8, tmp_path, "r.json")
@@ -745,7 +745,9 @@ def test_request_seed_travels_with_every_request_and_outputs_are_compared(tmp_pa
                RequestResult(ok=False, latency_s=1.0, prompt="c", error="boom"),
                RequestResult(ok=True, latency_s=1.0, text="y", prompt="a")]
     assert level_outputs(records, ["a", "b", "c"]) == ["y", "x", None]
-    assert outputs_from_result({"generated_texts": ["y", "", "z"], "errors": ["", "boom", ""]}, 3) == ["y", None, "z"]
+    detailed = {"duration": 1.0, "latencies": [1.0] * 3, "ttfts": [0.1] * 3, "itls": [[]] * 3, "output_lens": [1] * 3,
+                "generated_texts": ["y", "", "z"], "errors": ["", "boom", ""]}
+    assert level_outputs(records_from_vllm(detailed, ["a", "b", "c"])[0], ["a", "b", "c"]) == ["y", None, "z"]
     level = {"concurrency": 8, "output_tokens_per_s": 10.0, "tpot_ms": None, "ttft_ms": None, "completed": 3,
              "failed": 0, "errors": []}
     runs = {"vllm": {"levels": [{**level, "outputs": ["y", "x", None]}]},

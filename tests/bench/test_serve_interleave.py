@@ -9,6 +9,7 @@ import pytest
 from entmtp_vllm.bench import serve as bench
 from entmtp_vllm.bench.serve import interleave
 from entmtp_vllm.bench.serve.statistics import summarize_level
+from entmtp_vllm.bench.serve.vllm_client import records_from_vllm
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.kv_cache_size import GIB, NodeMemory
 
@@ -46,7 +47,7 @@ def test_vllm_detailed_result_becomes_records_that_sum_like_our_own():
         "output_lens": [9, 17, 0],
         "errors": ["", "", "Bad Request"],
     }
-    records, wall = interleave.records_from_vllm(result)
+    records, wall = records_from_vllm(result)
     assert wall == 4.0 and [r.ok for r in records] == [True, True, False]
     assert records[0].tpot_s == pytest.approx(0.1) and records[1].tpot_s == pytest.approx(0.1)
     assert records[2].error == "Bad Request" and records[2].tpot_s is None
@@ -55,9 +56,9 @@ def test_vllm_detailed_result_becomes_records_that_sum_like_our_own():
     assert level["output_tokens"] == 52 and level["output_tokens_per_s"] == pytest.approx(52 / 8.0)
     assert level["completed"] == 4 and level["failed"] == 2 and level["tpot_ms"]["p50"] == pytest.approx(100.0)
     with pytest.raises(EntMTPError, match="--save-detailed"):
-        interleave.records_from_vllm({"duration": 1.0, "completed": 1})
+        records_from_vllm({"duration": 1.0, "completed": 1})
     # with the turn's prompts: each record's prompt and output text, for the outputs' comparison
-    named, _ = interleave.records_from_vllm({**result, "generated_texts": ["one", "two", ""]}, ["p1", "p2", "p3"])
+    named, _ = records_from_vllm({**result, "generated_texts": ["one", "two", ""]}, ["p1", "p2", "p3"])
     assert [(r.prompt, r.text) for r in named] == [("p1", "one"), ("p2", "two"), ("p3", "")]
 
 

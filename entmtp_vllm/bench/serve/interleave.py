@@ -34,7 +34,7 @@ from entmtp_vllm.bench.serve.prometheus import acceptance_delta
 from entmtp_vllm.bench.serve.servers import MethodServer, round_order, start_server
 from entmtp_vllm.bench.serve.statistics import RequestResult, compare_table, level_outputs, summarize_level
 from entmtp_vllm.bench.serve.vllm_bench_process import VllmBenchProcess
-from entmtp_vllm.bench.serve.vllm_client import vllm_command, write_prompts
+from entmtp_vllm.bench.serve.vllm_client import records_from_vllm, vllm_command, write_prompts
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.serve_command import ServeCommand
 
@@ -183,23 +183,3 @@ def _vllm_turn(config: CompareConfig, runner: VllmBenchProcess, server: _Server,
         raise EntMTPError(f"vllm bench serve against {server.config.base_url} wrote no {out / name}")
     prompts_path.unlink()
     return *records_from_vllm(json.loads((out / name).read_text()), chunk), cpu
-
-
-def records_from_vllm(result: dict[str, Any], prompts: list[str] | None = None) -> tuple[list[RequestResult], float]:
-    """vLLM's detailed result JSON as request records and its duration, so turns sum like this
-    package's own client's (TPOT = (latency − TTFT) / (output tokens − 1), as vLLM defines it);
-    `prompts`: the prompts sent, in order (each record's prompt, and its text)."""
-    keys = ("latencies", "ttfts", "itls", "output_lens", "errors")
-    missing = [key for key in keys if key not in result]
-    if missing:
-        raise EntMTPError(f"vllm bench serve's result has no {', '.join(missing)} (was --save-detailed passed?)")
-    records = []
-    texts = result.get("generated_texts") or []
-    for index, (latency, ttft, itl, tokens, error) in enumerate(zip(*(result[key] for key in keys))):
-        ok = not error
-        records.append(RequestResult(ok=ok, latency_s=float(latency), ttft_s=float(ttft) if ok else None,
-                                     itl_s=[float(gap) for gap in itl], output_tokens=int(tokens or 0),
-                                     tokens_from_usage=True, error=error or None,
-                                     text=texts[index] if index < len(texts) else "",
-                                     prompt=prompts[index] if prompts is not None and index < len(prompts) else None))
-    return records, float(result["duration"])

@@ -26,6 +26,7 @@ import httpx
 from entmtp_vllm.bench.serve.client import fetch_metrics
 from entmtp_vllm.bench.serve.config import CompareConfig
 from entmtp_vllm.bench.serve.prometheus import acceptance_delta
+from entmtp_vllm.bench.serve.statistics import RequestResult, level_outputs
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.serve_command import vllm_executable
 
@@ -112,17 +113,28 @@ def vllm_levels(config: CompareConfig, base_url: str, model: str, prompts: list[
         levels.append(level_from_result(result, concurrency, acceptance_delta(before, after)))
         levels[-1]["client_cpu_s"] = cpu  # vLLM's whole command, its ~15 s of imports included
         if config.keeps_outputs():
-            levels[-1]["outputs"] = outputs_from_result(result, len(prompts))
+            levels[-1]["outputs"] = level_outputs(records_from_vllm(result, prompts)[0], prompts)
     return levels
 
 
-def outputs_from_result(result: dict[str, Any], count: int) -> list[str | None]:
-    """Each prompt's output text from vLLM's detailed result (`generated_texts`, in the prompts'
-    order; None where the request failed)."""
+def records_from_vllm(result: dict[str, Any], prompts: list[str] | None = None) -> tuple[list[RequestResult], float]:
+    """vLLM's detailed result JSON (`--save-detailed`) as request records and its duration, so that
+    its requests sum like this package's own client's (TPOT = (latency − TTFT) / (output tokens −
+    1), as vLLM defines it); `prompts`: the prompts sent, in order (each record's prompt and text)."""
+    keys = ("latencies", "ttfts", "itls", "output_lens", "errors")
+    missing = [key for key in keys if key not in result]
+    if missing:
+        raise EntMTPError(f"vllm bench serve's result has no {', '.join(missing)} (was --save-detailed passed?)")
+    records = []
     texts = result.get("generated_texts") or []
-    errors = result.get("errors") or [""] * len(texts)
-    found = [text if not error else None for text, error in zip(texts, errors)]
-    return (found + [None] * count)[:count]
+    for index, (latency, ttft, itl, tokens, error) in enumerate(zip(*(result[key] for key in keys))):
+        ok = not error
+        records.append(RequestResult(ok=ok, latency_s=float(latency), ttft_s=float(ttft) if ok else None,
+                                     itl_s=[float(gap) for gap in itl], output_tokens=int(tokens or 0),
+                                     tokens_from_usage=True, error=error or None,
+                                     text=texts[index] if index < len(texts) else "",
+                                     prompt=prompts[index] if prompts is not None and index < len(prompts) else None))
+    return records, float(result["duration"])
 
 
 def _children_cpu() -> float:
