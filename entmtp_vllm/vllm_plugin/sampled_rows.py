@@ -14,9 +14,9 @@ for it without speculation (on vLLM's CPU platform one seed per token for the fu
 kernel; on CUDA one exponential vector), and takes the same token from the same row. On a CPU an
 unseeded request's token is drawn from the same distribution (vLLM's `apply_top_k_top_p`, softmax)
 with one uniform from torch's default generator instead of vLLM's noise over the whole vocabulary,
-several times cheaper there; on a GPU every request goes through vLLM's sampler step. Logit bias is applied
-to the logits before (`apply_logit_bias`), as vLLM's non-argmax-invariant processors are. Only the
-rows a walk reaches are processed.
+several times cheaper there; on a GPU every request goes through vLLM's sampler step. Logit bias
+is applied to the logits before (`apply_logit_biases`), as vLLM's non-argmax-invariant processors
+are. Only the rows a walk reaches are processed.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p
 
 from entmtp_vllm.acceptance import AcceptResult, TokenWalk
 from entmtp_vllm.sampling import sample
@@ -86,10 +87,6 @@ def apply_logit_bias(logits: torch.Tensor, rows: slice, bias: dict[int, float]) 
     block[:, tokens] += values
 
 
-def _rows_of(values: torch.Tensor | None, pick: torch.Tensor) -> torch.Tensor | None:
-    return None if values is None else values[pick]
-
-
 def apply_logit_biases(logits: torch.Tensor, rows: dict[int, slice], biases: list) -> torch.Tensor:
     """`logits` with request i's logit bias (`biases[i]`) added to its rows (`rows[i]`), in float32
     as vLLM's sampler adds it: in place when the logits are float32, else on a float32 copy;
@@ -101,6 +98,10 @@ def apply_logit_biases(logits: torch.Tensor, rows: dict[int, slice], biases: lis
     for i, span in rows.items():
         apply_logit_bias(logits, span, biases[i])
     return logits
+
+
+def _rows_of(values: torch.Tensor | None, pick: list[int]) -> torch.Tensor | None:
+    return None if values is None else values[torch.tensor(pick, device=values.device)]
 
 
 class SampledRows:
@@ -124,8 +125,6 @@ class SampledRows:
         that request's settings, as vLLM's sampler draws it: for a seeded request (and on a GPU for
         every request) the very draw vLLM's sampler makes with its generator; on a CPU, for an
         unseeded one, a draw of the same distribution with one uniform."""
-        from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p
-
         if not rows:
             return {}
         requests = list(rows)
@@ -154,16 +153,14 @@ class SampledRows:
         # generator (`sampling.sample`): the same distribution, as an unseeded request's draws in
         # vLLM come from that generator too.
         drawn: dict[int, int] = {}
+        plain = list(range(len(requests)))
         if seeded:
-            pick = torch.tensor(seeded)
             generators = {j: settings.generators[requests[k]] for j, k in enumerate(seeded)}
-            tokens, _ = self.sampler.topk_topp_sampler(block[pick], generators, _rows_of(top_k, pick),
-                                                       _rows_of(top_p, pick))
+            tokens, _ = self.sampler.topk_topp_sampler(_rows_of(block, seeded), generators, _rows_of(top_k, seeded),
+                                                       _rows_of(top_p, seeded))
             drawn.update(zip((requests[k] for k in seeded), tokens.tolist()))
-        plain = [k for k in range(len(requests)) if requests[k] not in drawn]
-        if seeded:
-            pick = torch.tensor(plain)
-            block, top_k, top_p = block[pick], _rows_of(top_k, pick), _rows_of(top_p, pick)
+            plain = [k for k in plain if requests[k] not in drawn]
+            block, top_k, top_p = (_rows_of(values, plain) for values in (block, top_k, top_p))
         block = apply_top_k_top_p(block, top_k, top_p)
         probs = torch.ops.aten._softmax.out(block, -1, False, out=block)  # row by row: safe in place
         drawn.update((requests[k], sample(probs[j])) for j, k in enumerate(plain))

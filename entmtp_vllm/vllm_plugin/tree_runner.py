@@ -330,8 +330,8 @@ class TreeRunnerMixin:
             if not plan.params[i].greedy and (tree is None or mode == "lossless"):
                 roots[i] = ends[i] - num_drafts[i] - 1
                 walks[i] = None if tree is None else TokenWalk(tree.buffers, tree.token_ids)
-        settings = RowSettings.of_batch(batch, plan.num_reqs, plan.min_p)
-        sampled = self._entmtp_sampled.verify(logits, roots, walks, settings)  # host sync (GPU): once a depth
+        settings = RowSettings.of_batch(batch, plan.num_reqs, plan.min_p) if roots else None
+        sampled = self._entmtp_sampled.verify(logits, roots, walks, settings) if roots else {}  # host sync (GPU)
         for i in range(plan.num_reqs):
             hi = ends[i]
             lo = hi - num_drafts[i] - 1
