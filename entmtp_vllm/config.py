@@ -20,16 +20,17 @@ DEFAULT_BANK = str(BANKS_DIR / "smollm2-135m-lookup-switch.json")
 """The trees the reference engine uses when no tree or bank is given (`entmtp generate`,
 `entmtp bench offline`): Hydra head 1 (one draft) on new text, a 5-token prompt-lookup
 chain while the output loops (hysteresis on the lookup match length). Measured best of the
-banks and static trees tried (docs/results/offline/hybrid_sweep_calib: 1.74x AR in bf16 on one CPU
-thread; the best Hydra-only tree, chain:1, 1.27x). Model-agnostic in shape, but its
-thresholds were picked on SmolLM2."""
+banks and static trees tried (1.74x AR in bf16 on one thread of a 2-core AMD EPYC, 24 MT-bench
+and ShareGPT prompts x 128 tokens; the best Hydra-only tree, chain:1, 1.27x). Model-agnostic in
+shape, but its thresholds were picked on SmolLM2."""
 
 DEFAULT_VLLM_BANK = str(BANKS_DIR / "smollm2-135m-vllm-cpu.json")
 """The vLLM plugin's default bank (`entmtp serve`, the plugin's `bank` setting): the same two
 chains re-ranked by throughput on vLLM (a bank is chosen on its target engine), where a
 verified row costs less next to a step's fixed cost: the lookup chain on a match of 2 or more
-tokens (since 2026-12-05; before, any match: a one-token match's copied token was accepted 29% of
-the time against the heads' 55%, docs/results/serving/epyc_lookup_match), else Hydra heads 1-2.
+tokens (not on any match: in one in-process vLLM engine at 8 requests on a 2-core AMD EPYC, a
+one-token match's copied token was accepted 29% of the time against the heads' 55%), else Hydra
+heads 1-2.
 Measured in the file's metadata (about +10% tok/s over `DEFAULT_BANK` in vLLM); re-searched for
 the 4-layer heads against the tree search's frontier trees, which did not beat it served
 (docs/search/vllm_default)."""
@@ -39,18 +40,19 @@ CPU_IN_PROCESS = True
 core's process (the uniprocess executor: `VLLM_ENABLE_V1_MULTIPROCESSING=0` and
 `--distributed-executor-backend uni`): two processes (API server, engine core) instead of vLLM's
 three, where the engine core waits for the worker's process by polling a shared-memory queue. On
-the 2-core AVX512 machine every server, with or without speculation, served 1.3-1.5x the tokens a
-second this way (docs/results/serving/process_layout). False (`--no-in-process`): vLLM's own
-layout. Never on a GPU, and left out when the vLLM arguments choose an executor or several devices."""
+a 2-core Intel Xeon (AVX512 + AMX) every server, with or without speculation, served 1.3-1.5x
+the tokens a second this way (16 MT-bench prompts at 1 and 16 requests). False
+(`--no-in-process`): vLLM's own layout. Never on a GPU, and left out when the vLLM arguments
+choose an executor or several devices."""
 
 CPU_THREADS: int | None = None
 """On CPU with the worker inside the engine core's process (`CPU_IN_PROCESS`), torch's threads in
 that process (`OMP_NUM_THREADS`, for every server a comparison starts). None: every core this
 process may run on (its affinity mask), unless `OMP_NUM_THREADS` is already set. vLLM itself
 drops an in-process engine to 1 thread (`utils/torch_utils.py`, unless `OMP_NUM_THREADS` is set),
-and its own layout binds the worker to all cores but one, which on 2 cores is also 1. On the
-2-core AVX512 machine, 2 threads served more tokens a second than 1 for every server, most at 16
-requests (docs/results/serving/cpu_threads)."""
+and its own layout binds the worker to all cores but one, which on 2 cores is also 1. On a 2-core
+AMD EPYC (AVX512-BF16, no AMX), 2 threads served more tokens a second than 1 for every server,
+most at 16 requests."""
 
 
 class _Config(BaseModel):
@@ -152,8 +154,9 @@ class StepCostPrior(_Config):
     this project's 2-core AVX2 CPU in float32 with SmolLM2-135M on vLLM's oneDNN matrix multiply
     (served: about 55 ms for one request and one token, 120 ms for 8; offline step-cost curve:
     8.4 ms per extra verified token, docs/search/cost_curves). On EntMTP's packed matrix multiply
-    a row costs much less up to about 6 rows (docs/results/cpu_gemm); the online fit learns that
-    within a few steps."""
+    a row costs much less up to about 6 rows (SmolLM2-135M's linear layers, one thread of a 2-core
+    AVX2 AMD EPYC: 1.24x a 1-row step at 6 rows, where MKL took 2.33x and oneDNN 1.64x); the online
+    fit learns that within a few steps."""
 
     fixed_ms: float = Field(45.0, ge=0.0)
     """Milliseconds of a step whatever its size."""
@@ -238,7 +241,7 @@ class CpuGemmConfig(_Config):
     max_rows: int = Field(128, ge=1)
     """Calls with at most this many rows (tokens in the step) use the packed kernel; larger ones
     (prefills) the engine's own. Up to here the packed kernel was faster than MKL and oneDNN on
-    the AVX2 machine (docs/results/cpu_gemm)."""
+    SmolLM2-135M's linear layers (one thread of a 2-core AVX2 AMD EPYC)."""
 
     reference_engine: Literal["auto", "packed", "torch"] = "auto"
     """The reference engine's linear layers (`entmtp generate`, `entmtp bench offline`, the tree
@@ -258,8 +261,8 @@ class CpuRowsAttentionConfig(_Config):
     does not take, vLLM's own op runs. Off by default: in process at 16 requests on
     the 2-core EPYC (bf16), every drafting request on it (`all`) made EntMTP 2% faster on
     Spec-Bench and 2% slower on MT-bench, whose short contexts vLLM's op re-reads from the CPU's
-    caches; `on` made it 4% faster on 896-1800-token prompts (docs/results/serving/
-    epyc_budget_checks); not measured served, nor at other loads."""
+    caches; `on` made it 4% faster on 896-1800-token prompts; not measured served, nor at other
+    loads."""
 
     env: str = "ENTMTP_CPU_ROWS_ATTENTION"
     """Environment variable that sets it inside vLLM's processes: `on` (the requests with at
@@ -275,7 +278,7 @@ class CpuRowsAttentionConfig(_Config):
     vLLM's op re-reads a request's K and V for each row, which costs little while they stay in
     the CPU's caches and most beyond (bf16, 16 requests of 3 rows, per draft row a step: 0.20 /
     0.26 / 0.77 / 2.74 ms at 256 / 512 / 1024 / 2048 tokens against the kernel's 0.17 / 0.30 /
-    0.49 / 1.03; docs/results/serving/epyc_attention_rows/kernel_vs_op.txt)."""
+    0.49 / 1.03 on the 2-core AMD EPYC)."""
 
     max_rows: int = Field(64, ge=2, le=64)
     """Requests with 2 to this many rows in a step (a root and its drafts, or a short prefill

@@ -26,11 +26,10 @@ recently was worth less than the drafting took (prompt-lookup trees, which call 
 draft). Before each deeper head level, `plan_deeper` values the nodes not drafted yet at their
 depth's measured acceptance rate (`HeadCalibration.depth_rate`) and calls the level's head only
 if the plan over those values, the call's seconds counted, beats stopping, and only for the
-requests that plan would keep nodes of. (At 16 requests on a 2-core CPU, drafting took 8-11 ms
-of a 150-220 ms step while about one draft node per request was verified:
-docs/results/serving/step_profile; in session 41, with every head level drafted, the plan cut
-79% of the drafted nodes at 16: docs/results/serving/epyc_threads.) `step_planner.StepPlanner`
-runs these rules step after step.
+requests that plan would keep nodes of. (At 16 requests on a 2-core AVX2 AMD EPYC in float32,
+drafting took 8-11 ms of a 150-220 ms step while about one draft node per request was verified;
+with every head level drafted, the plan cut 79% of the drafted nodes at 16 requests on a 2-core
+AMD EPYC with AVX512-BF16.) `step_planner.StepPlanner` runs these rules step after step.
 """
 
 from __future__ import annotations

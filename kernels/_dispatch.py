@@ -27,8 +27,8 @@ def check_runnable(op: str, device: torch.device, bf16_math: bool) -> None:
             )
         if bf16_math:
             raise RuntimeError(
-                f"{op}: bfloat16 is silently wrong in the Triton interpreter (triton issue "
-                f"#11584); use float16/float32 on CPU, or call {op}_ref"
+                f"{op}: bfloat16 is silently wrong in the Triton interpreter "
+                f"(https://github.com/triton-lang/triton/issues/11584); use float16/float32 on CPU, or call {op}_ref"
             )
         return
     if device.type != "cuda":

@@ -31,7 +31,9 @@ def test_site_builds_strict(tmp_path: Path) -> None:
     page = (tmp_path / "site" / "configuration" / "index.html").read_text(encoding="utf-8")
     assert "config-reference" not in page  # the marker was replaced
     assert "draft_vocab_size" in page and "max_lookup_tokens" in page and "share_of_available" in page
-    assert (tmp_path / "site" / "results" / "index.html").exists()
+    assert (tmp_path / "site" / "performance" / "index.html").exists()
+    built = [p.suffix for p in (tmp_path / "site").rglob("*") if p.is_file()]
+    assert not {".log", ".sh", ".csv"} & set(built)  # pages and their figures, not run folders
 
 
 def test_reference_uses_every_field_docstring() -> None:

@@ -20,7 +20,7 @@ def _num(value: float | None, form: str = ".3f") -> str:
 def cost_text(results: dict[str, Any]) -> str:
     probe = results.get("step_costs")
     if probe:
-        how = probe.get("method", "one engine drawing a random tree per step")  # the probe before session 16
+        how = probe.get("method", "one engine drawing a random tree per step")  # an older probe's: no method
         return (f"costs from the step-cost probe (`{STEP_COSTS_FILE}`: {probe['prompts']} calibration prompts, {how}, "
                 "mean ± standard error)")
     return f"costs from `{Path(results['throughput']).name}`"

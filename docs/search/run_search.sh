@@ -4,7 +4,7 @@
 # skipped once its output exists, so rerunning this script continues where it stopped. Run it from
 # a copy (bash reads a script while it runs):
 #
-#   cp docs/search/run_search.sh runs/search/run.sh
+#   mkdir -p runs/search && cp docs/search/run_search.sh runs/search/run.sh
 #   nohup bash runs/search/run.sh mt_bench sharegpt humaneval gsm8k > runs/search/pipeline.log 2>&1 &
 #
 # Costs on one CPU thread (AMD EPYC, SmolLM2-135M): AR ≈ 10-17 tok/s; trees above ~8 nodes are
@@ -13,7 +13,7 @@
 # frontier's log); RUNS=DIR puts the run folders elsewhere than runs/search.
 set -u
 cd "$(dirname "$(readlink -f "$0")")/../.." 2>/dev/null || true
-[ -x .venv/bin/entmtp ] || cd /work/main
+[ -x .venv/bin/entmtp ] || { echo "no .venv/bin/entmtp: run from a copy two levels below a checkout (make setup)" >&2; exit 1; }
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 E=.venv/bin/entmtp
 STAGES=${STAGES:-"frontier throughput heldout calibrate compare regimes debias"}

@@ -1,5 +1,5 @@
-"""One vLLM engine inside this process, timed over a prompt set: the measurement the in-process
-results scripts under `docs/results/serving` share (phase timers, policy A/B, budget statistics).
+"""One vLLM engine inside this process, timed over a prompt set: the measurement in-process benchmark
+scripts share (phase timers, policy A/B, budget statistics).
 
     llm = in_process_engine(seqs=16, method="entmtp", settings={"budget": {"gate": False}})
     prompts = chat_prompts(llm, "mt_bench", "test", 46)

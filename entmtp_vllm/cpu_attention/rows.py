@@ -2,8 +2,8 @@
 each (a root and its drafts), every request's K and V read once for all its rows.
 
 vLLM's CPU op (`cpu_attention_with_kv_cache`) reads a request's K and V once per query row: on
-the 2-core EPYC a verified draft row cost about as much attention as a root row, 0.4-1.4 ms a
-step at 512-1024 tokens of context over 30 layers (docs/results/serving/epyc_attention_rows).
+a 2-core AMD EPYC (AVX512-BF16, bf16, 16 requests) a verified draft row cost about as much
+attention as a root row, 0.4-1.4 ms a step at 512-1024 tokens of context over 30 layers.
 `rows_attention.cpp` is compiled once (`entmtp_vllm/cpu_gemm/build.py`; a CPU worker does it as it
 starts, `build_at_start`) and called with
 ctypes on vLLM's `vec` cache layout: float32 with AVX2 + FMA, bf16 with AVX512-BF16. The plugin

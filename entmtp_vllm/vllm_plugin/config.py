@@ -87,8 +87,7 @@ prompts x 128 tokens, all submitted, `max_num_seqs` = concurrency):
   own ngram (lookup 2-4, 4 tokens) 163.7. Drafting the bank's full 5-token lookup chain on any
   match cost 23% (130 vs 169 in an earlier run).
 - concurrency 16 (24 + 24 prompts, second round): 225.6 vs 222.0-224.9 without speculation.
-Served (`entmtp bench serve --compare`, 46 MT-bench test prompts, docs/results/archive g11,
-g13-g15 and docs/results/serving g12): 1.017x
+Served (`entmtp bench serve --compare`, 46 MT-bench test prompts, bf16, on a 2-core CPU): 1.017x
 no speculation at concurrency 8 (the previous rule: 0.996x), 1.055x and 0.994x in two runs with
 vLLM's uniproc executor for every server; 0.93-0.94x at 16 with either rule: there the served
 engine pays vLLM's spec-decode step without async scheduling whether or not anything is drafted.
@@ -99,7 +98,7 @@ class EntMTPConfig(_Model):
     """Settings of the EntMTP proposer, under `additional_config["entmtp"]`."""
 
     heads: str | None = None
-    """Folder of a heads checkpoint (`heads.safetensors` + `heads.json`); None: the shipped
+    """Folder of a heads checkpoint (`heads.safetensors` + `config.json`); None: the shipped
     Hydra heads of the embedded model."""
 
     bank: str = DEFAULT_VLLM_BANK
@@ -208,7 +207,7 @@ def heads_folder(config: EntMTPConfig) -> Path:
         which = "the shipped Hydra heads are not installed" if not config.heads else "no such folder"
         raise EntMTPError(
             f"heads folder {folder}: {which}; set additional_config.entmtp.heads to a folder with "
-            "heads.safetensors + heads.json"
+            "heads.safetensors + config.json"
         )
     return folder
 

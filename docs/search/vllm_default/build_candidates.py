@@ -1,5 +1,5 @@
 """Candidate banks for the vLLM plugin's default bank, from the tree search's frontiers for the
-shipped heads (issue #21 item 6: re-search the vLLM default bank with the `tree_search` pipeline).
+shipped heads (the `tree_search` pipeline's trees served against the default bank).
 
 The frontiers are `entmtp search frontier` outputs for the 4-layer heads on MT-bench's calibration
 prompts (`docs/search/heads4/mt_bench`: heads-only, and `hybrid/` with `--lookup 8`). Each

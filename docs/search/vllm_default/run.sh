@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #21 item 6: the vLLM plugin's default bank re-searched for the shipped heads. The candidates
+# The vLLM plugin's default bank served against candidates for the shipped heads. The candidates
 # come from the tree search's frontiers for these heads (build_candidates.py); each is served as an
 # EntMTP variant beside the default bank and vLLM without speculation, every server started by
 # `entmtp bench serve --compare` with the same arguments (the front door's defaults), 16 MT-bench

@@ -1,9 +1,10 @@
 """SIGTERM (and SIGHUP) stop a benchmark the way Ctrl-C does, so that its servers are stopped.
 
-A comparison starts vLLM servers in sessions of their own; killed by SIGTERM's default action,
-the benchmark would exit without running the `finally` blocks that stop them, and every server
-(its engine core busy-polling a core) would keep running. A job started in the background by a
-non-interactive shell also ignores SIGINT, so SIGTERM is how such a job is stopped.
+A comparison starts each vLLM server in a process group of its own (`start_new_session`); killed
+by SIGTERM's default action, the benchmark would exit without running the `finally` blocks that
+stop them, and every server (its engine core busy-polling a core) would keep running. A job
+started in the background by a non-interactive shell also ignores SIGINT, so SIGTERM is how such
+a job is stopped.
 
     with interrupt_on_sigterm():
         ...   # SIGTERM / SIGHUP here raise KeyboardInterrupt; the previous handlers come back after
