@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     command = built.argv
     if not Path(command[0]).exists() and shutil.which(command[0]) is None:
-        raise EntMTPError("the `vllm` command is not installed: run `make setup` (CPU) or `pip install 'entmtp-vllm[gpu]'`")
+        raise EntMTPError("the `vllm` command is not installed: run `make setup` (CPU) or `pip install -e '.[gpu]'` in this checkout")
     if "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
         # The entmtp_ counters live in the engine process; with a multiprocess directory
         # vLLM's /metrics aggregates every process's series (entmtp_vllm/vllm_plugin/metrics.py).
