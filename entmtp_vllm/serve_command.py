@@ -3,7 +3,9 @@
 `build_serve_command(ServeOptions(...))` checks the EntMTP settings (one-line `EntMTPError`s
 before anything starts), then returns the command, the environment variables the server needs
 and what was decided for the user. `entmtp serve` and the serving benchmark's comparison both
-call it, so every server they start gets the same arguments.
+call it, so every server they start gets the same arguments. The heads are checked against a
+local model folder first (`check_heads`: their verifier record, `heads/verifier.py`), so heads
+that draft for another model are refused before vLLM starts.
 
 Platform defaults apply on CPU only (no CUDA device visible to torch): `--enforce-eager`,
 `--dtype float32` on CPUs without native bf16 (no avx512_bf16 / amx_bf16), and a KV cache sized
@@ -287,6 +289,29 @@ def cpu_memory_args(
     return ["--kv-cache-memory-bytes", str(size)], [note]
 
 
+def check_heads(folder: Path, model: str) -> str | None:
+    """The heads' verifier record against `model` before anything starts: a one-line `EntMTPError`
+    naming both models when `model` (a local folder with safetensors, read in part) is another
+    model; else None, or a note when the check is left to the plugin (a hub id, other weight
+    files) or the heads carry no record (then their sizes are checked against the model's config)."""
+    from entmtp_vllm.heads.checkpoint import check_base_compat, read_heads_config
+    from entmtp_vllm.heads.verifier import check_folder, has_safetensors, model_name
+
+    config = read_heads_config(folder)
+    path = Path(model)
+    later = "the plugin checks the heads' verifier record against the weights vLLM loads"
+    if not path.is_dir():
+        return f"heads check: {model} is not a local folder (a hub id): {later}"
+    if not has_safetensors(path):
+        return f"heads check: {model} keeps no safetensors weights: {later}"
+    note = check_folder(config, path, str(folder))
+    if note is not None:
+        model_config = json.loads((path / "config.json").read_text())
+        check_base_compat(config, model_config.get("text_config") or model_config, f"in {folder}", model_name(path))
+        return f"heads check: {note}"
+    return None
+
+
 def build_serve_command(
     options: ServeOptions,
     cpu: bool | None = None,
@@ -302,10 +327,11 @@ def build_serve_command(
     # the budget given is checked against the trees (too small: a one-line error now)
     resolved = resolve(config, options.num_speculative_tokens)
     num_spec = options.num_speculative_tokens or resolved.bank.max_nodes - 1
-    heads_folder(config)
+    heads = heads_folder(config)
     cpu = on_cpu() if cpu is None else cpu
     environ = dict(os.environ) if environ is None else environ
     model = resolve_model(options.model)
+    heads_note = check_heads(heads, model)
     argv = [
         vllm_executable(), "serve", model,
         "--speculative-config", json.dumps({"method": METHOD, "num_speculative_tokens": num_spec}),
@@ -315,7 +341,7 @@ def build_serve_command(
     extra = list(options.vllm_args)
     if extra and extra[0] == "--":
         extra = extra[1:]
-    command = ServeCommand(argv)
+    command = ServeCommand(argv, notes=[heads_note] if heads_note else [])
     dtype = options.dtype
     if cpu and dtype is None and option_value(extra, "--dtype") is None:
         dtype, why = cpu_dtype(cpu_flags() if flags is None else flags)

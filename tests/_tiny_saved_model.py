@@ -1,6 +1,8 @@
 """A tiny random Llama saved like a real model (SmolLM2's tokenizer copied in, so real prompt
 sets can be templated and encoded) and random heads saved like real ones; for end-to-end CLI
-and tree-search tests. Helpers, not fixtures: each test folder wraps them in its own fixture."""
+and tree-search tests. A tiny random Qwen2 (untied embeddings, head dim 32) saved without a
+tokenizer, for checks that read only a model's config and weights. Helpers, not fixtures: each
+test folder wraps them in its own fixture."""
 
 from __future__ import annotations
 
@@ -46,3 +48,20 @@ def save_tiny_model(root: Path, kinds: tuple[str, ...] = ("hydra",)) -> tuple[Pa
                 param.add_(torch.randn_like(param) * 0.05)
         folders.append(Path(save_heads(heads, root / kind, dtype=torch.float32)))
     return root / "model", folders
+
+
+QWEN2_HIDDEN, QWEN2_VOCAB = 96, 1000
+
+
+def save_tiny_qwen2(folder: Path, seed: int = 0) -> Path:
+    """A tiny random Qwen2 (untied embeddings, 3 attention heads of dimension 32) saved as a
+    Hugging Face folder (config.json + model.safetensors, no tokenizer) in `folder`."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=QWEN2_VOCAB, hidden_size=QWEN2_HIDDEN, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=3, num_key_value_heads=1, max_position_embeddings=512, tie_word_embeddings=False,
+    )
+    Qwen2ForCausalLM(config).save_pretrained(folder)
+    return folder

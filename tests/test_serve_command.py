@@ -14,6 +14,8 @@ from entmtp_vllm.serve_command import IN_PROCESS_ENV, ServeOptions, build_serve_
 ROOMY = NodeMemory(node=0, total=8 * GIB, available=6 * GIB)
 BF16 = {"avx512f", "avx512_bf16"}  # a CPU with native bf16: vLLM's own dtype choice stands
 AVX2 = {"avx2", "fma"}
+HUB_NOTE = ("heads check: org/model is not a local folder (a hub id): the plugin checks the heads' verifier record "
+            "against the weights vLLM loads")
 
 
 def _build(cpu: bool = True, memory: NodeMemory = ROOMY, environ: dict | None = None, flags=BF16, cores: int = 4,
@@ -64,13 +66,13 @@ def test_cpu_defaults_only_on_cpu():
     assert option_value(_build().argv, "--distributed-executor-backend") == "uni"  # the default on CPU
     gpu = _build(cpu=False)
     assert "--enforce-eager" not in gpu.argv and "--kv-cache-memory-bytes" not in gpu.argv
-    assert gpu.env == {} and gpu.notes == []
+    assert gpu.env == {} and gpu.notes == [HUB_NOTE]  # only the heads check left to the plugin
     assert "--enforce-eager" not in _build(eager=False).argv
 
 
 def test_float32_on_cpus_without_native_bf16(tmp_path):
     avx2 = _build(flags=AVX2)
-    assert option_value(avx2.argv, "--dtype") == "float32" and "no native bf16" in avx2.notes[0]
+    assert option_value(avx2.argv, "--dtype") == "float32" and "no native bf16" in avx2.notes[1]
     native = _build(flags=BF16)
     assert option_value(native.argv, "--dtype") is None  # vLLM's choice (bf16 here)
     assert any("--dtype float32 for greedy outputs token-identical" in note for note in native.notes)
@@ -266,3 +268,41 @@ def test_a_bad_rows_attention_setting_is_one_line_before_any_server_starts():
     assert "\n" not in str(info.value)
     assert _build(environ={"ENTMTP_CPU_ROWS_ATTENTION": "on"}).argv  # the good values pass
     assert _build(cpu=False, environ={"ENTMTP_CPU_ROWS_ATTENTION": "yes"}).argv  # a CPU setting: not read on a GPU
+
+
+def _model_folder(folder, seed: int, hidden: int = 16, vocab: int = 40):
+    """A model folder with what the heads check reads: config.json and the embedding (tied)."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir()
+    embed = torch.randn(vocab, hidden, generator=torch.Generator().manual_seed(seed)) * 0.05
+    save_file({"model.embed_tokens.weight": embed}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                                                    "vocab_size": vocab, "hidden_size": hidden, "tie_word_embeddings": True}))
+    return folder
+
+
+def test_heads_are_checked_against_a_local_model_before_anything_starts(tmp_path):
+    from entmtp_vllm.heads import HydraHeads
+    from entmtp_vllm.heads.checkpoint import save_heads
+    from entmtp_vllm.heads.verifier import record_of_folder
+
+    trained, other = _model_folder(tmp_path / "trained", 0), _model_folder(tmp_path / "other", 1)
+    heads = save_heads(HydraHeads(16, 40, num_heads=2), tmp_path / "heads", verifier=record_of_folder(trained))
+
+    def build(model, heads_folder=heads):
+        return build_serve_command(ServeOptions(model=str(model), heads=str(heads_folder)), cpu=False)
+
+    assert build(trained).notes == []
+    with pytest.raises(EntMTPError) as info:
+        build(other)
+    assert "\n" not in str(info.value) and "trained (LlamaForCausalLM)" in str(info.value) and "other (LlamaForCausalLM)" in str(info.value)
+    unrecorded = save_heads(HydraHeads(16, 40, num_heads=2), tmp_path / "unrecorded", {"base_model": "trained"})
+    (note,) = build(other, unrecorded).notes
+    assert note.startswith("heads check: heads ") and "carry no 'verifier' record" in note
+    with pytest.raises(EntMTPError, match="hidden size 16 but wide has 32"):
+        build(_model_folder(tmp_path / "wide", 0, hidden=32), unrecorded)
+    (tmp_path / "other" / "model.safetensors").rename(tmp_path / "other" / "weights.bin")
+    (note,) = build(other).notes
+    assert note.startswith("heads check: ") and "keeps no safetensors weights" in note

@@ -37,7 +37,7 @@ class Resources:
 
         folder = Path(self.heads) if self.heads is not None else default_heads_folder("hydra")
         if not folder.exists():
-            raise EntMTPError(f"no heads at {folder}: pass --heads FOLDER (a folder with heads.safetensors + heads.json)")
+            raise EntMTPError(f"no heads at {folder}: pass --heads FOLDER (a folder with heads.safetensors + config.json)")
         return int(read_heads_config(folder)["num_heads"])
 
     @property

@@ -64,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--draft-vocab", type=int, default=8192,
                    help="write draft_vocab.json with this many of the training answers' most frequent tokens beside "
                    "the heads (drafting ranks only those); 0 = none, drafting ranks the full vocabulary (default: %(default)s)")
-    p.add_argument("--out", type=Path, help="folder for the final heads (heads.safetensors, heads.json, MODEL_CARD.md); needed to train")
+    p.add_argument("--out", type=Path, help="folder for the final heads (heads.safetensors, config.json, MODEL_CARD.md); needed to train")
     p.add_argument("--stop-after", choices=["generate", "cache"],
                    help="stop after this stage (the long stages run as separate jobs, each resumable)")
     p.add_argument("--work-dir", type=Path, help="checkpoints and logs (default: runs/heads/<kind>)")
@@ -97,6 +97,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from entmtp_vllm.heads.checkpoint import load_base_embeddings
+    from entmtp_vllm.heads.verifier import model_name
     from entmtp_vllm.model_store import resolve_model
     from entmtp_vllm.training.teacher_cache import build_teacher_cache
     from entmtp_vllm.training.train_config import BaseTensors, TrainConfig
@@ -145,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     if args.stop_after == "cache":
         return 0
     embed, lm_head, config = load_base_embeddings(model)
-    base = BaseTensors(embed, lm_head, Path(model).name, config)
+    base = BaseTensors(embed, lm_head, model_name(model), config)
     cfg = TrainConfig(
         cache=args.cache, data=data, work_dir=args.work_dir or Path("runs/heads") / args.kind, out=args.out, kind=args.kind,
         num_heads=args.num_heads, num_layers=args.num_layers, prefix_layer=args.prefix_layer, steps=args.steps,

@@ -101,7 +101,7 @@ def load_drafter(heads: str | os.PathLike[str] | None, model, kind: str = "hydra
     if not folder.exists():
         flag = "--medusa-heads" if kind == "medusa" else "--heads"
         raise EntMTPError(
-            f"no {kind} heads at {folder}: pass {flag} FOLDER (a folder with heads.safetensors + heads.json), "
+            f"no {kind} heads at {folder}: pass {flag} FOLDER (a folder with heads.safetensors + config.json), "
             "or use --method ar"
         )
     param = next(model.parameters())

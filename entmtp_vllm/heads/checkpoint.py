@@ -2,12 +2,18 @@
 
 Our format is a folder with `heads.safetensors` (the heads' own weights; the
 base model's LM head is never stored unless the heads have their own) and
-`heads.json`:
+`config.json`:
 
     {"format": "entmtp-heads", "version": 1, "kind": "hydra"|"medusa",
      "num_heads", "num_layers", "hidden_size", "vocab_size", "own_lm_head",
-     "lm_head_bias", "share_layers", "prefix_layer": {...}|null,
-     "base_model": name, "training": {...}, "created": ISO date, "dtype": ...}
+     "lm_head_bias", "share_layers", "prefix_layer": {...}|null, "dtype": ...,
+     "draft_vocab_size": N|null, "verifier": {...}, "base_model": name,
+     "training": {...}, "created": ISO date}
+
+`verifier` names the model the heads draft for and fingerprints its embedding and
+LM head (`heads/verifier.py`); servers refuse another model with it. Folders
+written before it existed keep the same fields in `heads.json` and no verifier
+record; they are still read (`read_heads_config`), and checked on sizes only.
 
 `dtype` is how the weights are stored: float16 (the default), bfloat16, float32, or int8
 (every 2-D weight as int8 with a float32 scale per output row, `<key>.int8_scale`; the rest
@@ -41,11 +47,15 @@ from safetensors.torch import load_file, save_file
 
 from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.heads import HEAD_KINDS, DraftHeads, HydraHeads, MedusaHeads, PrefixLayerConfig
+from entmtp_vllm.heads.verifier import KEY as VERIFIER_KEY
+from entmtp_vllm.heads.verifier import VerifierRecord, locate_weights
 
 FORMAT = "entmtp-heads"
 VERSION = 1
 WEIGHTS = "heads.safetensors"
-CONFIG = "heads.json"
+CONFIG = "config.json"
+LEGACY_CONFIG = "heads.json"
+"""The config's name in folders saved before `CONFIG` (read, never written)."""
 INT8_SCALE = ".int8_scale"
 STORED_DTYPES = ("float16", "bfloat16", "float32", "int8")
 ASSETS = Path(__file__).resolve().parent.parent / "assets" / "heads"
@@ -98,9 +108,10 @@ def dequantize_int8(state: dict[str, torch.Tensor], where: str) -> dict[str, tor
 
 
 def save_heads(heads: DraftHeads, folder: str | Path, meta: dict | None = None,
-               dtype: torch.dtype | str = torch.float16) -> Path:
-    """Write `heads.safetensors` + `heads.json` into `folder` (created); return the folder.
-    `dtype`: a torch floating dtype, or one of `STORED_DTYPES` by name ("int8": `quantize_int8`)."""
+               dtype: torch.dtype | str = torch.float16, verifier: VerifierRecord | None = None) -> Path:
+    """Write `heads.safetensors` + `config.json` into `folder` (created); return the folder.
+    `dtype`: a torch floating dtype, or one of `STORED_DTYPES` by name ("int8": `quantize_int8`);
+    `verifier`: the record of the model the heads draft for (None: none is written)."""
     name = dtype if isinstance(dtype, str) else str(dtype).replace("torch.", "")
     if name not in STORED_DTYPES:
         raise EntMTPError(f"heads cannot be stored as {name!r}: use one of {', '.join(STORED_DTYPES)}")
@@ -114,28 +125,61 @@ def save_heads(heads: DraftHeads, folder: str | Path, meta: dict | None = None,
     state = {k: v.to("cpu").contiguous() for k, v in state.items()}
     save_file(state, str(folder / WEIGHTS), metadata={"format": FORMAT})
     (folder / WEIGHTS).chmod(0o644)  # safetensors writes 0600; shipped package data must be readable
-    config = {"format": FORMAT, "version": VERSION, **heads.config_dict()}
+    config = {"format": FORMAT, "version": VERSION, **heads.config_dict(), "dtype": name}
     meta = dict(meta or {})
+    config["draft_vocab_size"] = meta.pop("draft_vocab_size", None)
+    if verifier is not None:
+        config[VERIFIER_KEY] = verifier.to_json()
     config["base_model"] = meta.pop("base_model", None)
     config["training"] = meta.pop("training", None)
     config["created"] = meta.pop("created", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    config["dtype"] = name
     config.update(meta)
-    (folder / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+    write_heads_config(folder, config)
     return folder
 
 
-def read_heads_config(folder: str | Path) -> dict:
-    folder = Path(folder)
-    path = folder / CONFIG
-    if not path.is_file():
-        if (folder / "config.json").is_file() and "hydra_num_heads" in (folder / "config.json").read_text():
-            raise EntMTPError(f"{folder} holds heads in the published Hydra layout: load them with load_hydra_reference_checkpoint")
-        raise EntMTPError(f"{folder} is not a heads folder ({CONFIG} missing): pass a folder written by `entmtp train-heads`")
+def write_heads_config(folder: str | Path, config: dict) -> Path:
+    """Write `config` as the folder's `config.json` (lists of numbers on one line each) and drop a
+    `heads.json` left by an older save, so that one config describes the folder."""
+    text = json.dumps(config, indent=2)
+    text = re.sub(r"\[\s+([-+0-9.eE,\s]+?)\s+\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text)
+    (Path(folder) / CONFIG).write_text(text + "\n")
+    (Path(folder) / LEGACY_CONFIG).unlink(missing_ok=True)
+    return Path(folder) / CONFIG
+
+
+def _read_json(path: Path) -> dict:
     try:
         config = json.loads(path.read_text())
     except ValueError as exc:
         raise EntMTPError(f"{path} is not valid JSON ({exc}): re-save the heads") from None
+    if not isinstance(config, dict):
+        raise EntMTPError(f"{path} is not a JSON object: re-save the heads")
+    return config
+
+
+def heads_config_path(folder: str | Path) -> Path:
+    """The file that describes a heads folder: `config.json`, or an older folder's `heads.json`."""
+    folder = Path(folder)
+    path, legacy = folder / CONFIG, folder / LEGACY_CONFIG
+    if path.is_file():
+        config = _read_json(path)
+        if config.get("format") == FORMAT or not legacy.is_file():
+            if "hydra_num_heads" in config:
+                raise EntMTPError(
+                    f"{folder} holds heads in the published Hydra layout: load them with load_hydra_reference_checkpoint"
+                )
+            return path
+    if legacy.is_file():
+        return legacy
+    raise EntMTPError(f"{folder} is not a heads folder ({CONFIG} missing): pass a folder written by `entmtp train-heads`")
+
+
+def read_heads_config(folder: str | Path) -> dict:
+    """The heads' config (`config.json`, or an older folder's `heads.json`), checked for format,
+    version and kind."""
+    path = heads_config_path(folder)
+    config = _read_json(path)
     if config.get("format") != FORMAT or config.get("version") != VERSION:
         raise EntMTPError(f"{path} is not a version-{VERSION} '{FORMAT}' file: re-save the heads with this version")
     if config.get("kind") not in HEAD_KINDS:
@@ -143,21 +187,19 @@ def read_heads_config(folder: str | Path) -> dict:
     return config
 
 
-def check_base_compat(config: dict, base_config, where: str) -> None:
-    """`EntMTPError` when heads of `config` cannot run on a base model of `base_config`."""
+def check_base_compat(config: dict, base_config, where: str, model: str | None = None) -> None:
+    """`EntMTPError` when heads of `config` cannot run on a base model of `base_config` (named
+    `model` in the message when given)."""
     if base_config is None:
         return
-    hidden, vocab = _get(base_config, "hidden_size"), _get(base_config, "vocab_size")
-    if hidden is not None and int(hidden) != config["hidden_size"]:
-        raise EntMTPError(
-            f"heads {where} expect hidden size {config['hidden_size']} but the base model has {hidden}: "
-            f"use heads trained for this model (they were trained for {config.get('base_model')})"
-        )
-    if vocab is not None and int(vocab) != config["vocab_size"]:
-        raise EntMTPError(
-            f"heads {where} expect a vocabulary of {config['vocab_size']} but the base model has {vocab}: "
-            f"use heads trained for this model (they were trained for {config.get('base_model')})"
-        )
+    base = model or "the base model"
+    for key, what in (("hidden_size", "hidden size"), ("vocab_size", "a vocabulary of")):
+        value = _get(base_config, key)
+        if value is not None and int(value) != config[key]:
+            raise EntMTPError(
+                f"heads {where} expect {what} {config[key]} but {base} has {value}: "
+                f"use heads trained for this model (they were trained for {config.get('base_model')})"
+            )
 
 
 def build_heads(config: dict) -> DraftHeads:
@@ -184,8 +226,8 @@ def load_heads(folder: str | Path, base_config=None, dtype: torch.dtype = torch.
         state = dequantize_int8(state, str(weights))
     missing, unexpected = heads.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise EntMTPError(f"{weights} does not match {CONFIG} (missing {missing[:3]}, unexpected {unexpected[:3]}): re-save the heads")
-    heads.meta = config  # the whole heads.json (training data, date, ...)
+        raise EntMTPError(f"{weights} does not match {heads_config_path(folder).name} (missing {missing[:3]}, unexpected {unexpected[:3]}): re-save the heads")
+    heads.meta = config  # the whole config (verifier, training data, date, ...)
     return heads.to(device=device, dtype=dtype).eval()
 
 
@@ -277,23 +319,13 @@ def load_hydra_reference_checkpoint(folder: str | Path, base_config=None, dtype:
 
 
 def load_base_embeddings(model_dir: str | Path) -> tuple[torch.Tensor, torch.Tensor, dict]:
-    """(embedding [V, H], LM head [V, H], config.json dict) of a local Hugging Face Llama-style
-    folder, read straight from its safetensors (no transformers)."""
-    model_dir = Path(model_dir)
-    config_path = model_dir / "config.json"
-    if not config_path.is_file():
-        raise EntMTPError(f"{model_dir} has no config.json: pass a local model folder")
-    config = json.loads(config_path.read_text())
-    index = model_dir / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
-    found: dict[str, torch.Tensor] = {}
-    for name in files:
-        with safe_open(str(model_dir / name), framework="pt") as handle:
-            for key in handle.keys():
-                if key.endswith("embed_tokens.weight") or key == "lm_head.weight":
-                    found[key] = handle.get_tensor(key)
-    embed = next((v for k, v in found.items() if k.endswith("embed_tokens.weight")), None)
-    if embed is None:
-        raise EntMTPError(f"{model_dir}: no embed_tokens weight found in its safetensors")
-    lm_head = found.get("lm_head.weight", embed)
-    return embed, lm_head, config
+    """(embedding [V, H], LM head [V, H] (the embedding itself when tied), config.json dict) of a
+    local Hugging Face Llama-style folder, read straight from its safetensors (no transformers)."""
+    weights = locate_weights(model_dir)
+
+    def read(place: tuple[Path, str]) -> torch.Tensor:
+        with safe_open(str(place[0]), framework="pt") as handle:
+            return handle.get_tensor(place[1])
+
+    embed = read(weights.embed)
+    return embed, embed if weights.lm_head == weights.embed else read(weights.lm_head), weights.config

@@ -1,4 +1,5 @@
-"""The end of a head-training run: the trained heads (safetensors, `cfg.weights`), their draft
+"""The end of a head-training run: the trained heads (safetensors, `cfg.weights`, and their
+`config.json` with the verifier record of the model they were trained on), their draft
 vocabulary (`draft_vocab.json`) and their model card (`MODEL_CARD.md`), written into the
 run's `out` folder."""
 
@@ -11,6 +12,7 @@ import torch
 
 from entmtp_vllm.heads import DraftHeads
 from entmtp_vllm.heads.checkpoint import read_heads_config, save_heads
+from entmtp_vllm.heads.verifier import VerifierRecord, identity_of_config, probe_tensors, record_of
 from entmtp_vllm.training.selfdistill_data import read_meta
 from entmtp_vllm.training.teacher_cache import read_manifest
 
@@ -18,20 +20,29 @@ if TYPE_CHECKING:
     from entmtp_vllm.training.train_config import BaseTensors, TrainConfig
 
 
-def _export_draft_vocab(cfg: TrainConfig, out: Path, answer_tokens: torch.Tensor, vocab_size: int) -> str:
-    """Write (or, with `cfg.draft_vocab` None, remove) `draft_vocab.json`; the model card's line."""
+def verifier_record(base: BaseTensors) -> VerifierRecord:
+    """The verifier record of the model the heads were trained on (its name, config, embedding and
+    LM head as training read them)."""
+    model = identity_of_config(base.config, base.model_name)
+    return record_of(model, base.lm_head is base.embed, probe_tensors(base.embed, base.lm_head))
+
+
+def _export_draft_vocab(cfg: TrainConfig, out: Path, answer_tokens: torch.Tensor, vocab_size: int) -> tuple[str, int | None]:
+    """Write (or, with `cfg.draft_vocab` None, remove) `draft_vocab.json`; (the model card's line,
+    its size or None)."""
     from entmtp_vllm.heads.draft_vocab import FILE_NAME, build_draft_vocab, save_draft_vocab
 
+    out.mkdir(parents=True, exist_ok=True)
     if not cfg.draft_vocab:
         (out / FILE_NAME).unlink(missing_ok=True)
-        return "none: drafting ranks the full vocabulary"
+        return "none: drafting ranks the full vocabulary", None
     size = min(cfg.draft_vocab, vocab_size)
     ids, coverage = build_draft_vocab([answer_tokens.tolist()], size)
     save_draft_vocab(out, ids, {"source": f"token counts of the training records' {answer_tokens.numel()} answer tokens",
                                 "coverage": round(coverage, 4)})
     return (f"`{FILE_NAME}` lists the {len(ids)} answer tokens the training records use most often "
             f"({coverage:.2%} of their tokens); drafting ranks only those (`draft_vocab: false` in the plugin, "
-            "or deleting the file, drafts over the full vocabulary)")
+            "or deleting the file, drafts over the full vocabulary)"), len(ids)
 
 
 def export_heads(heads: DraftHeads, cfg: TrainConfig, base: BaseTensors, result: dict, summary: dict,
@@ -57,8 +68,9 @@ def export_heads(heads: DraftHeads, cfg: TrainConfig, base: BaseTensors, result:
         started_from = (f"- initialised from the heads in `{cfg.init_heads}` ({before.get('steps', '?')} steps on "
                         f"{before.get('answer_tokens', '?')} answer tokens, held-out top-1 {before.get('val_top1', '?')} "
                         "on their own held-out set); the steps below come after theirs\n")
-    save_heads(heads, out, {"base_model": base.model_name, "training": training}, dtype=cfg.weights)
-    draft_vocab = _export_draft_vocab(cfg, out, answer_tokens, heads.vocab_size)
+    draft_vocab, draft_vocab_size = _export_draft_vocab(cfg, out, answer_tokens, heads.vocab_size)
+    save_heads(heads, out, {"base_model": base.model_name, "training": training, "draft_vocab_size": draft_vocab_size},
+               dtype=cfg.weights, verifier=verifier_record(base))
     v = result["val"]
     d0 = result["data"]
     budget = ""
@@ -86,6 +98,8 @@ def export_heads(heads: DraftHeads, cfg: TrainConfig, base: BaseTensors, result:
 {cfg.kind.capitalize()} draft heads for **{base.model_name}** (EntMTP). {heads.num_heads} heads, {cfg.num_layers} layer(s) each,
 {'with' if heads.prefix is not None else 'without'} a Hydra++ prefix layer{window}; the base model's tied LM head is shared and frozen
 (not stored here). Weights: {stored} safetensors. Load with `entmtp_vllm.heads.checkpoint.load_heads(folder, base_config)`.
+`config.json` records the model they draft for (its name, architecture and a fingerprint of its embedding and LM head):
+`entmtp serve` and the vLLM plugin refuse to serve them with another model.
 
 ## Training data
 Self-distillation: the base model's own greedy answers ({generated}) to ShareGPT train-split prompts.

@@ -22,7 +22,7 @@ class TrainConfig(BaseModel):
     work_dir: Path
     """Where checkpoints and the training log go."""
     out: Path | None = None
-    """Where the final heads (heads.safetensors, heads.json, MODEL_CARD.md) go."""
+    """Where the final heads (heads.safetensors, config.json, MODEL_CARD.md) go."""
     weights: Literal["float16", "int8"] = "float16"
     """How the exported weights are stored; int8 (`checkpoint.quantize_int8`) is about half the size."""
     kind: Literal["hydra", "medusa"] = "hydra"

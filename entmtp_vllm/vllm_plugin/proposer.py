@@ -18,6 +18,7 @@ is cut to the tokens found (no match: no branch), and the lookup features reach 
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ from entmtp_vllm.tree import Tree
 from entmtp_vllm.vllm_plugin import metrics
 from entmtp_vllm.vllm_plugin.stats import ProposerStats
 from entmtp_vllm.vllm_plugin.config import PROPOSER_CLASS, EntMTPConfig, config_from_vllm, heads_folder, resolve
+from entmtp_vllm.vllm_plugin.target import check_target, served_model, vocab_weights
 
 WORKER_HINT = (
     "EntMTP needs its model runner: leave --worker-cls at auto (the plugin then picks "
@@ -103,19 +105,6 @@ def remaining_tokens(request_state: Any, num_tokens: int, max_model_len: int) ->
     return max(left, 0)
 
 
-def _vocab_weights(model: torch.nn.Module, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(input embedding, LM head) weights of a vLLM decoder, cut to the real vocabulary."""
-    inner = getattr(model, "model", None)
-    embed = getattr(inner, "embed_tokens", None)
-    lm_head = getattr(model, "lm_head", None)
-    if embed is None or lm_head is None or not hasattr(lm_head, "weight"):
-        raise EntMTPError(
-            f"EntMTP heads need the target's embedding and LM head (model.embed_tokens, lm_head); "
-            f"{type(model).__name__} does not expose them"
-        )
-    return embed.weight[:vocab_size], lm_head.weight[:vocab_size]
-
-
 class EntMTPProposer:
     """Tree drafter for vLLM: Hydra heads + a per-request tree policy over a TopologyBank."""
 
@@ -153,15 +142,18 @@ class EntMTPProposer:
     # ------------------------------------------------------------------ vLLM's interface
 
     def load_model(self, target_model: torch.nn.Module) -> None:
-        """Load the heads and bind them to the target's embedding and LM head."""
+        """Load the heads and bind them to the target's embedding and LM head, once their verifier
+        record matches those weights (`check_target`: another model is refused in one line)."""
         if not self.runner_attached:
             raise EntMTPError(WORKER_HINT)
         from entmtp_vllm.heads.checkpoint import load_heads
         from entmtp_vllm.heads.drafting import TreeDrafter
 
         folder = heads_folder(self.settings)
-        hf_config = self.model_config.hf_text_config
-        heads = load_heads(folder, hf_config)
+        warning = check_target(folder, lambda: served_model(self.model_config), target_model)
+        if warning:
+            logging.getLogger("vllm.entmtp").warning(warning)
+        heads = load_heads(folder, self.model_config.hf_text_config)
         prefix = getattr(heads, "prefix", None)
         if prefix is not None and (prefix.config.context != "answer" or prefix.config.window is None):
             raise EntMTPError(
@@ -176,7 +168,7 @@ class EntMTPProposer:
                 f"the trees need {self.bank.head_depth} heads but {folder} has {num_heads}; "
                 "use shallower trees or other heads"
             )
-        embed, lm_head = _vocab_weights(target_model, self.model_config.get_vocab_size())
+        embed, lm_head = vocab_weights(target_model, self.model_config.get_vocab_size())
         self.device = embed.device
         heads = heads.to(device=embed.device, dtype=embed.dtype).eval()
         vocab = None

@@ -14,6 +14,7 @@ from entmtp_vllm.errors import EntMTPError
 from entmtp_vllm.heads import HydraHeads, MedusaHeads, PrefixLayerConfig
 from entmtp_vllm.heads.checkpoint import (
     default_heads_path,
+    heads_config_path,
     load_base_embeddings,
     load_heads,
     load_hydra_reference_checkpoint,
@@ -124,16 +125,37 @@ def test_bad_folders(tmp_path: Path) -> None:
     with pytest.raises(EntMTPError, match="not a heads folder"):
         load_heads(tmp_path, BASE)
     save_heads(HydraHeads(HIDDEN, VOCAB, num_heads=1), tmp_path)
-    config = json.loads((tmp_path / "heads.json").read_text())
-    (tmp_path / "heads.json").write_text(json.dumps({**config, "version": 99}))
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "version": 99}))
     with pytest.raises(EntMTPError, match="version-1"):
         read_heads_config(tmp_path)
-    (tmp_path / "heads.json").write_text(json.dumps({**config, "num_heads": 2}))
+    (tmp_path / "config.json").write_text(json.dumps({**config, "num_heads": 2}))
     with pytest.raises(EntMTPError, match="does not match"):
         load_heads(tmp_path, BASE)
-    (tmp_path / "heads.json").write_text("{")
+    (tmp_path / "config.json").write_text("{")
     with pytest.raises(EntMTPError, match="not valid JSON"):
         load_heads(tmp_path, BASE)
+
+
+def test_a_folder_saved_with_heads_json_is_still_read_and_a_new_save_replaces_it(tmp_path: Path) -> None:
+    heads = randomize(MedusaHeads(HIDDEN, VOCAB, num_heads=2))
+    save_heads(heads, tmp_path, {"base_model": "tiny"}, dtype=torch.float32)
+    (tmp_path / "config.json").rename(tmp_path / "heads.json")
+    assert heads_config_path(tmp_path).name == "heads.json"
+    assert load_heads(tmp_path, BASE).meta["base_model"] == "tiny" and "verifier" not in read_heads_config(tmp_path)
+    save_heads(heads, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "heads.safetensors"]
+
+
+def test_the_shipped_heads_name_the_model_they_draft_for() -> None:
+    for kind in ("hydra", "medusa"):
+        config = read_heads_config(default_heads_path(kind))
+        assert heads_config_path(default_heads_path(kind)).name == "config.json"
+        verifier = config["verifier"]
+        assert (verifier["name"], verifier["architecture"], verifier["tied_embeddings"]) == (
+            "SmolLM2-135M-Instruct", "LlamaForCausalLM", True)
+        assert len(verifier["fingerprint"]["rows"]) == 16 and len(verifier["fingerprint"]["embed_tokens"][0]) == 8
+    assert read_heads_config(default_heads_path("hydra"))["draft_vocab_size"] == 8192
 
 
 def test_default_heads_path_names_the_shipped_folders() -> None:

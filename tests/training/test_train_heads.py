@@ -182,9 +182,33 @@ def test_the_export_writes_the_draft_vocabulary_of_the_training_answers(tiny_mod
     assert min(counts[t] for t in ids) >= max(c for t, c in counts.items() if t not in ids)
     card = (out / "MODEL_CARD.md").read_text()
     assert "lists the 10 answer tokens the training records use most often" in card
+    assert read_heads_config(out)["draft_vocab_size"] == 10
     train_heads(config(cache, tmp_path / "again", steps=2, out=out, draft_vocab=None), base_tensors(tiny_model), log=lambda m: None)
     assert not (out / FILE_NAME).exists()
     assert "draft vocabulary: none" in (out / "MODEL_CARD.md").read_text()
+    assert read_heads_config(out)["draft_vocab_size"] is None
+
+
+def test_the_export_records_the_model_the_heads_were_trained_on(tiny_model: Path, cache: Path, tmp_path: Path) -> None:
+    """The exported config's verifier record is the training model's, as read from its folder;
+    the record refuses another model of the same shape."""
+    from safetensors.torch import save_file
+
+    from entmtp_vllm.heads.verifier import check_folder, record_of_folder
+
+    out = tmp_path / "heads"
+    train_heads(config(cache, tmp_path, steps=2, out=out), base_tensors(tiny_model), log=lambda m: None)
+    saved = read_heads_config(out)
+    assert saved["verifier"] == record_of_folder(tiny_model, "tiny").to_json()
+    assert saved["verifier"]["architecture"] == "LlamaForCausalLM" and saved["verifier"]["tied_embeddings"] is True
+    assert check_folder(saved, tiny_model, str(out)) is None
+    embed, _, model_config = load_base_embeddings(tiny_model)
+    other = tmp_path / "other"
+    other.mkdir()
+    save_file({"model.embed_tokens.weight": torch.randn_like(embed) * embed.std()}, str(other / "model.safetensors"))
+    (other / "config.json").write_text(json.dumps(model_config))
+    with pytest.raises(EntMTPError, match=r"draft for tiny \(LlamaForCausalLM\), not for other \(LlamaForCausalLM\)"):
+        check_folder(saved, other, str(out))
 
 
 def test_resume_continues_the_step_count(tiny_model: Path, cache: Path, tmp_path: Path) -> None:
@@ -205,7 +229,7 @@ def test_resume_continues_the_step_count(tiny_model: Path, cache: Path, tmp_path
 
 def test_init_heads_starts_from_saved_heads_and_checks_their_shape(tiny_model: Path, cache: Path, tmp_path: Path) -> None:
     """`init_heads`: step 0 scores the saved heads exactly (the log's first line), training goes on
-    from them, the card and heads.json name them; heads of another shape are refused in one line."""
+    from them, the card and config.json name them; heads of another shape are refused in one line."""
     base = base_tensors(tiny_model)
     first = train_heads(config(cache, tmp_path / "a", steps=10, out=tmp_path / "first"), base, log=lambda m: None)
     messages: list[str] = []
