@@ -285,23 +285,29 @@ def check_model(record: VerifierRecord, model: ModelIdentity, probe: Probe, head
     return difference
 
 
-def check_loaded(heads_config: Mapping[str, Any], model: ModelIdentity, embed: torch.Tensor, lm_head: torch.Tensor,
-                 heads: str) -> str | None:
-    """What a server checks at start-up, with the model's loaded weights: `check_model` when the
-    heads have a record (a mismatch raises), else the `missing_record` warning to log."""
+def check_config(heads_config: Mapping[str, Any], heads: str,
+                 target: Callable[[], tuple[ModelIdentity, Probe]]) -> str | None:
+    """`check_model` against `target()` (the model and its fingerprint reader, asked for only when
+    the heads have a record; a mismatch raises), else the `missing_record` warning to log."""
     record = record_in(heads_config, heads)
     if record is None:
         return missing_record(heads_config, heads)
-    check_model(record, model, probe_tensors(embed, lm_head), heads)
+    model, probe = target()
+    check_model(record, model, probe, heads)
     return None
+
+
+def check_loaded(heads_config: Mapping[str, Any], model: ModelIdentity, embed: torch.Tensor, lm_head: torch.Tensor,
+                 heads: str) -> str | None:
+    """`check_config` with a model's weights in memory (what a server has at start-up)."""
+    return check_config(heads_config, heads, lambda: (model, probe_tensors(embed, lm_head)))
 
 
 def check_folder(heads_config: Mapping[str, Any], model_dir: str | Path, heads: str) -> str | None:
-    """`check_loaded` for a Hugging Face folder (its safetensors read in part), before it loads."""
-    record = record_in(heads_config, heads)
-    if record is None:
-        return missing_record(heads_config, heads)
-    weights = locate_weights(model_dir)
-    model = identity_of_config(weights.config, model_name(Path(model_dir).resolve()))
-    check_model(record, model, probe_folder(weights), heads)
-    return None
+    """`check_config` for a Hugging Face folder (its safetensors read in part), before it loads."""
+
+    def target() -> tuple[ModelIdentity, Probe]:
+        weights = locate_weights(model_dir)
+        return identity_of_config(weights.config, model_name(Path(model_dir).resolve())), probe_folder(weights)
+
+    return check_config(heads_config, heads, target)

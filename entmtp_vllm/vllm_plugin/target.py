@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from entmtp_vllm.errors import EntMTPError
-from entmtp_vllm.heads.verifier import ModelIdentity, check_loaded, identity_of_config, missing_record, model_name
+from entmtp_vllm.heads.verifier import ModelIdentity, Probe, check_config, identity_of_config, model_name, probe_tensors
 
 
 def vocab_weights(model: torch.nn.Module, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,9 +41,8 @@ def check_target(folder: Path, served: Callable[[], ModelIdentity], target_model
     log (`served` and the target are then not read)."""
     from entmtp_vllm.heads.checkpoint import read_heads_config
 
-    config = read_heads_config(folder)
-    if config.get("verifier") is None:
-        return missing_record(config, str(folder))
-    model = served()
-    embed, lm_head = vocab_weights(target_model, model.vocab_size)
-    return check_loaded(config, model, embed, lm_head, str(folder))
+    def target() -> tuple[ModelIdentity, Probe]:
+        model = served()
+        return model, probe_tensors(*vocab_weights(target_model, model.vocab_size))
+
+    return check_config(read_heads_config(folder), str(folder), target)
